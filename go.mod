@@ -2,6 +2,13 @@ module github.com/tent-dev/tent
 
 go 1.23
 
-require github.com/stretchr/testify v1.12.1
+require (
+	github.com/google/btree v1.1.3
+	github.com/stretchr/testify v1.12.1
+)
 
-require go.yaml.in/yaml/v3 v3.0.5 // indirect
+require (
+	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
+	github.com/mattn/go-pointer v0.0.1 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
+)

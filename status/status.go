@@ -155,23 +155,33 @@ func CodeOf(err error) Code {
 	if err == nil {
 		return OK
 	}
-	for e := err; e != nil; {
-		switch v := e.(type) {
-		case *wrapped:
-			return v.code
-		case *Error:
-			return v.Code
-		}
-		u, ok := e.(interface{ Unwrap() []error })
-		if ok {
-			for _, inner := range u.Unwrap() {
-				if c := CodeOf(inner); c != Internal {
-					return c
-				}
-			}
-			return Internal
-		}
-		e = errors.Unwrap(e)
+	if c, ok := find(err); ok {
+		return c
 	}
 	return Internal
+}
+
+// HasCode reports whether err carries a status code anywhere in its chain.
+func HasCode(err error) bool {
+	_, ok := find(err)
+	return ok
+}
+
+func find(err error) (Code, bool) {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		switch v := e.(type) {
+		case *wrapped:
+			return v.code, true
+		case *Error:
+			return v.Code, true
+		case interface{ Unwrap() []error }:
+			for _, inner := range v.Unwrap() {
+				if c, ok := find(inner); ok {
+					return c, true
+				}
+			}
+			return 0, false
+		}
+	}
+	return 0, false
 }

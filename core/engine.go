@@ -1,0 +1,294 @@
+package core
+
+import (
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/tent-dev/tent/status"
+)
+
+// Options configure an engine. The zero value means defaults.
+type Options struct {
+	// Name is the segment name peers use to open this engine. Empty means
+	// the listener's "host:port".
+	Name string
+	// ListenAddr is where the engine accepts peers; default "127.0.0.1:0".
+	ListenAddr string
+	// Metadata is "p2p" (default) or "etcd://host:port[,host:port...]".
+	Metadata       string
+	MetadataPrefix string
+	// Transports to install, in preference order; nil means all available.
+	Transports []string
+	// Secret, when set, is required of every peer (HMAC challenge-response).
+	Secret []byte
+	// DefaultTimeout bounds every request without its own deadline.
+	DefaultTimeout time.Duration
+	// UnregisterTimeout bounds how long unregistering waits for transfers.
+	UnregisterTimeout time.Duration
+	// TCPStreams is the number of connections per peer for large requests.
+	TCPStreams int
+}
+
+const (
+	DefaultTimeout           = 30 * time.Second
+	DefaultUnregisterTimeout = 5 * time.Second
+)
+
+func (o *Options) withDefaults() Options {
+	c := *o
+	if c.ListenAddr == "" {
+		c.ListenAddr = "127.0.0.1:0"
+	}
+	if c.Metadata == "" {
+		c.Metadata = "p2p"
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = DefaultTimeout
+	}
+	if c.UnregisterTimeout <= 0 {
+		c.UnregisterTimeout = DefaultUnregisterTimeout
+	}
+	if c.TCPStreams <= 0 {
+		c.TCPStreams = 4
+	}
+	if c.Transports == nil {
+		c.Transports = AvailableTransports()
+	}
+	return c
+}
+
+// Engine registers memory and moves it. All methods are safe for concurrent
+// use. Close releases everything; afterwards every method fails with
+// ErrClosed.
+type Engine struct {
+	opts Options
+
+	mu         sync.Mutex
+	closed     bool
+	index      *index
+	regions    map[*Region]struct{}
+	transports []*installed
+	generation uint64
+	watchers   []func()
+}
+
+// New creates an engine and installs its transports. If one fails to
+// install, those already installed are uninstalled and the error returned.
+func New(o Options) (*Engine, error) {
+	opts := o.withDefaults()
+	e := &Engine{opts: opts, index: newIndex(), regions: map[*Region]struct{}{}}
+	seen := map[string]bool{}
+	for _, name := range opts.Transports {
+		if seen[name] {
+			e.uninstallAll()
+			return nil, status.Errorf(status.InvalidArgument, "transport %q listed twice", name)
+		}
+		seen[name] = true
+		f, ok := lookupFactory(name)
+		if !ok {
+			e.uninstallAll()
+			return nil, status.Errorf(status.NotFound, "unknown transport %q (available: %v)", name, AvailableTransports())
+		}
+		if err := e.Install(f()); err != nil {
+			e.uninstallAll()
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// Options returns the engine's options with defaults filled in.
+func (e *Engine) Options() Options { return e.opts }
+
+// Install adds a transport to a running engine. Memory registered before is
+// not offered to it; install transports before registering.
+func (e *Engine) Install(t Transport) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return status.Errorf(status.Closed, "engine is closed")
+	}
+	for _, in := range e.transports {
+		if in.t.Name() == t.Name() {
+			e.mu.Unlock()
+			return status.Errorf(status.InvalidArgument, "transport %q already installed", t.Name())
+		}
+	}
+	e.mu.Unlock()
+	if err := safeCall(t.Name()+" install", func() error { return t.Install(e) }); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		_ = safeCall(t.Name()+" uninstall", t.Uninstall)
+		return status.Errorf(status.Closed, "engine closed during install")
+	}
+	e.transports = append(e.transports, &installed{t: t})
+	return nil
+}
+
+// Transports lists the installed transports in preference order.
+func (e *Engine) Transports() []Transport {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]Transport, len(e.transports))
+	for i, in := range e.transports {
+		out[i] = in.t
+	}
+	return out
+}
+
+// Uninstall removes the named transport, or every transport when name is
+// empty, after the calls inside it have returned; the transport then
+// releases everything it holds. Uninstalling an unknown or already
+// uninstalled transport fails with ErrNotFound.
+func (e *Engine) Uninstall(name string) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return status.Errorf(status.Closed, "engine is closed")
+	}
+	var victims []*installed
+	kept := e.transports[:0:0]
+	for _, in := range e.transports {
+		if name == "" || in.t.Name() == name {
+			victims = append(victims, in)
+		} else {
+			kept = append(kept, in)
+		}
+	}
+	e.transports = kept
+	e.mu.Unlock()
+	if name != "" && len(victims) == 0 {
+		return status.Errorf(status.NotFound, "transport %q is not installed", name)
+	}
+	return uninstall(victims)
+}
+
+func uninstall(victims []*installed) error {
+	var first error
+	for i := len(victims) - 1; i >= 0; i-- {
+		in := victims[i]
+		if !in.gate.close() {
+			continue
+		}
+		if err := safeCall(in.t.Name()+" uninstall", in.t.Uninstall); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+func (e *Engine) uninstallAll() {
+	e.mu.Lock()
+	victims := e.transports
+	e.transports = nil
+	e.mu.Unlock()
+	_ = uninstall(victims)
+}
+
+// Close uninstalls every transport and drops every region. Transfers in
+// flight fail with ErrClosed. Closing twice returns ErrClosed.
+func (e *Engine) Close() error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return status.Errorf(status.Closed, "engine is already closed")
+	}
+	e.closed = true
+	victims := e.transports
+	e.transports = nil
+	e.mu.Unlock()
+
+	err := uninstall(victims)
+
+	e.mu.Lock()
+	for r := range e.regions {
+		r.closing.Store(true)
+		e.index.remove(r.span)
+		delete(e.regions, r)
+	}
+	e.mu.Unlock()
+	return err
+}
+
+// Closed reports whether Close has been called.
+func (e *Engine) Closed() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.closed
+}
+
+// Generation increases with every registration change.
+func (e *Engine) Generation() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.generation
+}
+
+// Watch calls f (without engine locks held) after every registration change.
+func (e *Engine) Watch(f func()) {
+	e.mu.Lock()
+	e.watchers = append(e.watchers, f)
+	e.mu.Unlock()
+}
+
+func (e *Engine) notifyChange() {
+	e.mu.Lock()
+	ws := e.watchers
+	e.mu.Unlock()
+	for _, f := range ws {
+		f()
+	}
+}
+
+// Regions returns a snapshot of the registered regions, ordered by address.
+func (e *Engine) Regions() []*Region {
+	e.mu.Lock()
+	out := make([]*Region, 0, len(e.regions))
+	for r := range e.regions {
+		out = append(out, r)
+	}
+	e.mu.Unlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].Addr < out[j].Addr })
+	return out
+}
+
+// Stats counts what an engine holds; leak checks compare it to a baseline.
+type Stats struct {
+	Regions         int
+	RegisteredBytes uint64
+	Reservations    int
+	Transports      map[string]map[string]int64
+}
+
+// Stats returns the engine's current counts.
+func (e *Engine) Stats() Stats {
+	e.mu.Lock()
+	s := Stats{
+		Regions:         e.index.committed,
+		RegisteredBytes: e.index.bytes,
+		Reservations:    e.index.reserved,
+		Transports:      map[string]map[string]int64{},
+	}
+	ts := e.transports
+	e.mu.Unlock()
+	for _, in := range ts {
+		if in.gate.enter() {
+			var st map[string]int64
+			_ = safeCall(in.t.Name()+" stats", func() error { st = in.t.Stats(); return nil })
+			in.gate.exit()
+			s.Transports[in.t.Name()] = st
+		}
+	}
+	return s
+}
+
+// checkIndex verifies the index invariants (for tests).
+func (e *Engine) checkIndex() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.index.check()
+}

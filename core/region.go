@@ -1,0 +1,358 @@
+package core
+
+import (
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tent-dev/tent/status"
+)
+
+// Perm is the set of operations a remote peer may perform on a region.
+type Perm uint32
+
+const (
+	PermRemoteRead  Perm = 1 << 0
+	PermRemoteWrite Perm = 1 << 1
+	permAll              = PermRemoteRead | PermRemoteWrite
+)
+
+// RegionDesc describes memory to register.
+type RegionDesc struct {
+	Addr uint64
+	Len  uint64
+	// Location is "cpu", "cpu:N", "cuda:N", or "" to detect it from Addr.
+	Location string
+}
+
+// Region is registered memory. Its fields are fixed at registration.
+type Region struct {
+	Addr  uint64
+	Len   uint64
+	Loc   Location
+	Perm  Perm
+	Alloc *Allocation // set when the engine allocated the memory
+
+	engine *Engine
+	span   *span
+
+	users   atomic.Int64 // transfers using the region right now
+	closing atomic.Bool  // set by unregister; new users are refused
+	mu      sync.Mutex   // guards drained
+	drained chan struct{}
+}
+
+// End returns the first address past the region.
+func (r *Region) End() uint64 { return r.Addr + r.Len }
+
+// Engine returns the engine the region belongs to.
+func (r *Region) Engine() *Engine { return r.engine }
+
+// Contains reports whether [addr, addr+n) lies inside the region.
+func (r *Region) Contains(addr, n uint64) bool {
+	return addr >= r.Addr && n <= r.Len && addr-r.Addr <= r.Len-n
+}
+
+// release drops one user taken by acquire.
+func (r *Region) release() {
+	if r.users.Add(-1) == 0 && r.closing.Load() {
+		r.mu.Lock()
+		if r.drained != nil {
+			close(r.drained)
+			r.drained = nil
+		}
+		r.mu.Unlock()
+	}
+}
+
+// waitIdle waits until no transfer uses r, or until deadline. closing must
+// already be set, so no new user can appear.
+func (r *Region) waitIdle(deadline time.Time) bool {
+	r.mu.Lock()
+	if r.users.Load() == 0 {
+		r.mu.Unlock()
+		return true
+	}
+	ch := make(chan struct{})
+	r.drained = ch
+	r.mu.Unlock()
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return true
+	case <-timer.C:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if r.drained == ch {
+			r.drained = nil
+			return false
+		}
+		return true // closed between the timer and the lock
+	}
+}
+
+func validateDesc(d RegionDesc) (Location, error) {
+	switch {
+	case d.Addr == 0:
+		return Location{}, status.Errorf(status.InvalidArgument, "null address")
+	case d.Len == 0:
+		return Location{}, status.Errorf(status.InvalidArgument, "zero length at %#x", d.Addr)
+	case d.Len > math.MaxUint64-d.Addr:
+		return Location{}, status.Errorf(status.InvalidArgument,
+			"address %#x + length %#x overflows", d.Addr, d.Len)
+	}
+	if d.Location == "" {
+		return detectLocation(d.Addr)
+	}
+	return ParseLocation(d.Location)
+}
+
+// LocationDetector finds where memory at addr lives; the CUDA support
+// replaces the default, which says host memory.
+var LocationDetector func(addr uint64) (Location, error)
+
+func detectLocation(addr uint64) (Location, error) {
+	if LocationDetector != nil {
+		return LocationDetector(addr)
+	}
+	return CPU, nil
+}
+
+func validatePerm(p Perm) error {
+	if p&^permAll != 0 {
+		return status.Errorf(status.InvalidArgument, "unknown flags %#x", uint32(p&^permAll))
+	}
+	return nil
+}
+
+// Register registers one region; see RegisterBatch.
+func (e *Engine) Register(d RegionDesc, perm Perm) (*Region, error) {
+	rs, err := e.RegisterBatch([]RegionDesc{d}, perm)
+	if err != nil {
+		return nil, err
+	}
+	return rs[0], nil
+}
+
+// RegisterBatch registers all descs or none. An exact duplicate of a
+// committed region fails with ErrAlreadyRegistered, any other overlap (with
+// a region, an in-flight registration, or another entry of the batch) with
+// ErrOverlap or ErrInvalidArgument for overlaps inside the batch.
+func (e *Engine) RegisterBatch(descs []RegionDesc, perm Perm) ([]*Region, error) {
+	return e.registerBatch(descs, perm, nil)
+}
+
+func (e *Engine) registerBatch(descs []RegionDesc, perm Perm, alloc *Allocation) (_ []*Region, err error) {
+	if len(descs) == 0 {
+		return nil, status.Errorf(status.InvalidArgument, "empty batch")
+	}
+	if err := validatePerm(perm); err != nil {
+		return nil, err
+	}
+	regions := make([]*Region, len(descs))
+	ivs := make([]interval, len(descs))
+	for i, d := range descs {
+		loc, err := validateDesc(d)
+		if err != nil {
+			if len(descs) > 1 {
+				return nil, status.Errorf(status.CodeOf(err), "entry %d: %w", i, err)
+			}
+			return nil, err
+		}
+		regions[i] = &Region{Addr: d.Addr, Len: d.Len, Loc: loc, Perm: perm, Alloc: alloc, engine: e}
+		ivs[i] = interval{d.Addr, d.Addr + d.Len}
+	}
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, status.Errorf(status.Closed, "engine is closed")
+	}
+	spans, err := e.index.reserve(ivs)
+	transports := e.transports
+	e.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+
+	// The guard: whatever happens below, a reservation that was not committed
+	// is undone, including when a transport panics past safeCall.
+	var done []*installed
+	committed := false
+	defer func() {
+		if committed {
+			return
+		}
+		for i := len(done) - 1; i >= 0; i-- {
+			t := done[i]
+			if t.gate.enter() {
+				_ = safeCall(t.t.Name()+" unregister (rollback)", func() error {
+					return t.t.UnregisterMemory(regions)
+				})
+				t.gate.exit()
+			}
+		}
+		e.mu.Lock()
+		e.index.release(spans)
+		e.mu.Unlock()
+	}()
+
+	for _, t := range transports {
+		if !t.gate.enter() {
+			continue // uninstalled meanwhile: it no longer wants to know
+		}
+		err := safeCall(t.t.Name()+" register", func() error { return t.t.RegisterMemory(regions) })
+		t.gate.exit()
+		if err != nil {
+			return nil, err
+		}
+		done = append(done, t)
+	}
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, status.Errorf(status.Closed, "engine closed during registration")
+	}
+	e.index.commit(spans, regions)
+	for _, r := range regions {
+		e.regions[r] = struct{}{}
+	}
+	e.generation++
+	committed = true
+	e.mu.Unlock()
+	e.notifyChange()
+	return regions, nil
+}
+
+// Unregister removes one region; see UnregisterBatch.
+func (e *Engine) Unregister(r *Region) error {
+	return e.UnregisterBatch([]*Region{r})
+}
+
+// UnregisterBatch removes all regions or none. Transfers using them are
+// waited for up to Options.UnregisterTimeout; if they are still running then,
+// it fails with ErrBusy and every region stays registered.
+func (e *Engine) UnregisterBatch(regions []*Region) error {
+	if len(regions) == 0 {
+		return status.Errorf(status.InvalidArgument, "empty batch")
+	}
+	e.mu.Lock()
+	seen := make(map[*Region]bool, len(regions))
+	for i, r := range regions {
+		switch {
+		case r == nil || r.engine != e:
+			e.mu.Unlock()
+			return status.Errorf(status.InvalidHandle, "entry %d: region does not belong to this engine", i)
+		case seen[r]:
+			e.mu.Unlock()
+			return status.Errorf(status.InvalidArgument, "entry %d: region listed twice", i)
+		}
+		if _, ok := e.regions[r]; !ok {
+			e.mu.Unlock()
+			return status.Errorf(status.NotRegistered, "entry %d: region [%#x, %#x) is not registered", i, r.Addr, r.End())
+		}
+		if r.closing.Load() {
+			e.mu.Unlock()
+			return status.Errorf(status.Busy, "entry %d: region is already being unregistered", i)
+		}
+		seen[r] = true
+	}
+	for _, r := range regions {
+		r.closing.Store(true)
+	}
+	e.mu.Unlock()
+
+	deadline := time.Now().Add(e.opts.UnregisterTimeout)
+	for _, r := range regions {
+		if !r.waitIdle(deadline) {
+			for _, r := range regions {
+				r.closing.Store(false)
+			}
+			return status.Errorf(status.Busy,
+				"region [%#x, %#x) is still used by transfers after %v", r.Addr, r.End(), e.opts.UnregisterTimeout)
+		}
+	}
+	e.dropRegions(regions)
+	return nil
+}
+
+// dropRegions tells the transports and removes the regions from the index.
+// The regions must be closing and idle.
+func (e *Engine) dropRegions(regions []*Region) {
+	e.mu.Lock()
+	transports := e.transports
+	e.mu.Unlock()
+	for i := len(transports) - 1; i >= 0; i-- {
+		t := transports[i]
+		if t.gate.enter() {
+			// An unregister failure cannot be undone; the transport reports
+			// it in its stats, and the memory is gone from the index anyway.
+			_ = safeCall(t.t.Name()+" unregister", func() error { return t.t.UnregisterMemory(regions) })
+			t.gate.exit()
+		}
+	}
+	e.mu.Lock()
+	for _, r := range regions {
+		e.index.remove(r.span)
+		delete(e.regions, r)
+	}
+	e.generation++
+	e.mu.Unlock()
+	e.notifyChange()
+}
+
+// Access is what a transfer needs from a region: read or write it.
+type Access uint8
+
+const (
+	AccessLocal Access = iota // the engine's own buffer: no permission needed
+	AccessRemoteRead
+	AccessRemoteWrite
+)
+
+// Acquire finds the registered region that contains [addr, addr+n), checks
+// that access is permitted, and holds it until Release, so unregistering
+// waits for the transfer.
+func (e *Engine) Acquire(addr, n uint64, access Access) (*Region, error) {
+	if n == 0 || n > math.MaxUint64-addr {
+		return nil, status.Errorf(status.InvalidArgument, "bad range %#x+%#x", addr, n)
+	}
+	e.mu.Lock()
+	s := e.index.find(addr, addr+n)
+	if s == nil || s.state != committed {
+		e.mu.Unlock()
+		return nil, status.Errorf(status.NotRegistered, "[%#x, %#x) is not registered", addr, addr+n)
+	}
+	r := s.region
+	if !r.Contains(addr, n) {
+		e.mu.Unlock()
+		return nil, status.Errorf(status.OutOfRange,
+			"[%#x, %#x) is not inside registered region [%#x, %#x)", addr, addr+n, r.Addr, r.End())
+	}
+	if (access == AccessRemoteRead && r.Perm&PermRemoteRead == 0) ||
+		(access == AccessRemoteWrite && r.Perm&PermRemoteWrite == 0) {
+		e.mu.Unlock()
+		return nil, status.Errorf(status.PermissionDenied,
+			"region [%#x, %#x) does not permit remote %s", r.Addr, r.End(), accessVerb(access))
+	}
+	if r.closing.Load() {
+		e.mu.Unlock()
+		return nil, status.Errorf(status.NotRegistered, "region [%#x, %#x) is being unregistered", r.Addr, r.End())
+	}
+	r.users.Add(1)
+	e.mu.Unlock()
+	return r, nil
+}
+
+// Release ends a use started by Acquire.
+func (e *Engine) Release(r *Region) { r.release() }
+
+func accessVerb(a Access) string {
+	if a == AccessRemoteWrite {
+		return "write"
+	}
+	return "read"
+}
