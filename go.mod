@@ -8,7 +8,6 @@ require (
 )
 
 require (
-	github.com/NVIDIA/go-nvml v0.13.4-1 // indirect
 	github.com/mattn/go-pointer v0.0.1 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 )

@@ -1,6 +1,7 @@
-// Package nvmlinfo discovers the machine's GPU topology with NVML
-// (github.com/NVIDIA/go-nvml, which dlopens libnvidia-ml.so.1 at Init, so
-// it builds and runs without a driver).
+// Package nvmlinfo discovers the machine's GPU topology with NVML, which it
+// dlopen()s at run time (libnvidia-ml.so.1, or $TENT_NVML_LIBRARY) and
+// calls through dlsym'd pointers, declaring the few NVML types it reads
+// itself (tent_nvml.h). It builds and runs without a driver.
 //
 // Topology lists the GPUs (index, name, UUID, PCI bus id, NUMA node, total
 // memory), the driver version, and each GPU's NVLink fabric registration
@@ -13,13 +14,18 @@
 //
 // No NVML library or no driver is not an error: Topology returns an empty
 // topology (GPUs is [], never null, in JSON) and a nil error, with Reason
-// saying why. go-nvml binds NVML functions lazily, so calling one that the
-// installed library lacks would end the process: every call is preceded by
-// a symbol check, and a panic inside go-nvml is recovered into Reason.
+// saying why. A function the installed NVML lacks is skipped, and a panic
+// during the query is recovered into Reason.
 //
-// NVML is initialized once per library path and never shut down (its
-// functions, once bound, must stay valid). $TENT_NVML_LIBRARY overrides the
-// library path.
+// Why not github.com/NVIDIA/go-nvml: it references every NVML function
+// at link time and leaves them to be resolved lazily. A Go program copes,
+// but libtent.so (-buildmode=c-shared) then carries hundreds of undefined
+// nvml* symbols: Python's ctypes (which dlopens with RTLD_NOW) cannot load
+// it on a machine without NVML, and a C program cannot link against it
+// without --allow-shlib-undefined. dlsym on a private handle has neither
+// problem.
+//
+// NVML is initialized once per library path and never shut down.
 //
 // JSON field names are stable:
 //

@@ -1,12 +1,18 @@
 package nvmlinfo
 
+/*
+#cgo LDFLAGS: -ldl
+#include <stdlib.h>
+#include "tent_nvml.h"
+*/
+import "C"
+
 import (
 	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
-
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"unsafe"
 )
 
 // DefaultLibrary is the NVML library Topology loads unless EnvLibrary names
@@ -104,15 +110,25 @@ func Topology() (TopologyInfo, error) {
 
 var (
 	libMu sync.Mutex
-	libs  = map[string]nvml.Interface{}
+	libs  = map[string]*C.tent_nvml_api{}
 
-	// newLibrary makes the go-nvml library object (tests replace it).
-	newLibrary = func(path string) nvml.Interface { return nvml.New(nvml.WithLibraryPath(path)) }
+	// testHook runs at the start of each query (tests make it panic).
+	testHook func()
 )
 
-// TopologyFrom is Topology with the NVML library at path. NVML stays
-// initialized for the life of the process once it worked (a library whose
-// functions are bound is never unloaded).
+// NVML return codes and fabric states nvmlinfo looks at (nvml.h).
+const (
+	nvmlSuccess         = 0
+	nvmlDriverNotLoaded = 9
+
+	fabricNotSupported = 0
+	fabricNotStarted   = 1
+	fabricInProgress   = 2
+	fabricCompleted    = 3
+)
+
+// TopologyFrom is Topology with the NVML library at path. NVML stays loaded
+// and initialized for the life of the process once nvmlInit worked.
 func TopologyFrom(path string) (info TopologyInfo, err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -120,47 +136,26 @@ func TopologyFrom(path string) (info TopologyInfo, err error) {
 			err = nil
 		}
 	}()
+	if testHook != nil {
+		testHook()
+	}
 	info = TopologyInfo{GPUs: []GPU{}}
-	lib, reason := open(path)
-	if lib == nil {
+	a, reason := open(path)
+	if a == nil {
 		info.Reason = reason
 		return info, nil
 	}
-	ext := lib.Extensions()
-	has := func(sym string) bool { return ext.LookupSymbol(sym) == nil }
-
-	if has("nvmlSystemGetDriverVersion") {
-		if v, ret := lib.SystemGetDriverVersion(); ret == nvml.SUCCESS {
-			info.DriverVersion = v
-		}
+	var buf [128]C.char
+	if C.tent_nvml_driver_version(a, &buf[0], C.uint(len(buf))) == nvmlSuccess {
+		info.DriverVersion = C.GoString(&buf[0])
 	}
-	if has("nvmlSystemGetCudaDriverVersion") {
-		if v, ret := lib.SystemGetCudaDriverVersion(); ret == nvml.SUCCESS {
-			info.CUDADriverVersion = v
-		}
+	var cv C.int
+	if C.tent_nvml_cuda_driver_version(a, &cv) == nvmlSuccess {
+		info.CUDADriverVersion = int(cv)
 	}
-	for _, syms := range [][]string{
-		{"nvmlDeviceGetCount_v2", "nvmlDeviceGetCount"},
-		{"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"},
-		{"nvmlDeviceGetName"},
-		{"nvmlDeviceGetUUID"},
-		{"nvmlDeviceGetPciInfo_v3", "nvmlDeviceGetPciInfo_v2", "nvmlDeviceGetPciInfo"},
-		{"nvmlErrorString"},
-	} {
-		// go-nvml binds NVML functions lazily: calling one the library
-		// lacks would end the process, so check before any call.
-		found := false
-		for _, s := range syms {
-			found = found || has(s)
-		}
-		if !found {
-			info.Reason = "NVML lacks " + syms[0]
-			return info, nil
-		}
-	}
-	n, ret := lib.DeviceGetCount()
-	if ret != nvml.SUCCESS {
-		info.Reason = "nvmlDeviceGetCount: " + lib.ErrorString(ret)
+	var n C.uint
+	if r := C.tent_nvml_device_count(a, &n); r != nvmlSuccess {
+		info.Reason = "nvmlDeviceGetCount: " + errorString(a, r)
 		return info, nil
 	}
 	if n == 0 {
@@ -168,14 +163,14 @@ func TopologyFrom(path string) (info TopologyInfo, err error) {
 		return info, nil
 	}
 	var problems []string
-	for i := 0; i < n; i++ {
-		g, problem := gpu(lib, has, i)
+	for i := 0; i < int(n); i++ {
+		g, problem := gpu(a, i)
 		if problem != "" {
 			problems = append(problems, problem)
 		}
 		info.GPUs = append(info.GPUs, g)
 	}
-	info.FabricCapable = len(info.GPUs) > 0
+	info.FabricCapable = true
 	for _, g := range info.GPUs {
 		info.FabricCapable = info.FabricCapable && g.Fabric.Usable
 	}
@@ -185,133 +180,119 @@ func TopologyFrom(path string) (info TopologyInfo, err error) {
 	return info, nil
 }
 
-// open initializes the NVML library at path once; on failure it returns
-// nil and the reason.
-func open(path string) (nvml.Interface, string) {
+func errorString(a *C.tent_nvml_api, r C.nvmlReturn_t) string {
+	return C.GoString(C.tent_nvml_error_string(a, r))
+}
+
+// open loads and initializes the NVML library at path once; on failure it
+// returns nil and the reason (a later call tries again).
+func open(path string) (*C.tent_nvml_api, string) {
 	libMu.Lock()
 	defer libMu.Unlock()
-	if lib, ok := libs[path]; ok {
-		return lib, ""
+	if a, ok := libs[path]; ok {
+		return a, ""
 	}
-	lib := newLibrary(path)
-	switch ret := lib.Init(); ret {
-	case nvml.SUCCESS:
-		libs[path] = lib
-		return lib, ""
-	case nvml.ERROR_LIBRARY_NOT_FOUND:
-		return nil, fmt.Sprintf("no NVML (%s not found): no GPU topology", path)
-	case nvml.ERROR_DRIVER_NOT_LOADED:
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var errbuf [256]C.char
+	var notFound C.int
+	a := C.tent_nvml_open(cpath, &errbuf[0], C.int(len(errbuf)), &notFound)
+	if a == nil {
+		if notFound != 0 {
+			return nil, fmt.Sprintf("no NVML (%s not found): no GPU topology", path)
+		}
+		return nil, fmt.Sprintf("NVML unusable (%s): no GPU topology", C.GoString(&errbuf[0]))
+	}
+	switch r := C.tent_nvml_init(a); r {
+	case nvmlSuccess:
+		libs[path] = a
+		return a, ""
+	case nvmlDriverNotLoaded:
 		return nil, "nvmlInit: the NVIDIA driver is not loaded: no GPU topology"
 	default:
-		// The library stays loaded (go-nvml keeps it); a later call
-		// retries nvmlInit.
-		return nil, fmt.Sprintf("nvmlInit: %s: no GPU topology", lib.ErrorString(ret))
+		return nil, fmt.Sprintf("nvmlInit: %s: no GPU topology", errorString(a, r))
 	}
 }
 
-func gpu(lib nvml.Interface, has func(string) bool, i int) (GPU, string) {
+func gpu(a *C.tent_nvml_api, i int) (GPU, string) {
 	g := GPU{Index: i, NUMANode: -1, Fabric: Fabric{State: FabricStateUnknown}}
-	dev, ret := lib.DeviceGetHandleByIndex(i)
-	if ret != nvml.SUCCESS {
-		return g, fmt.Sprintf("nvmlDeviceGetHandleByIndex(%d): %s", i, lib.ErrorString(ret))
+	var dev C.nvmlDevice_t
+	if r := C.tent_nvml_device_by_index(a, C.uint(i), &dev); r != nvmlSuccess {
+		return g, fmt.Sprintf("nvmlDeviceGetHandleByIndex(%d): %s", i, errorString(a, r))
 	}
 	var problem string
-	note := func(call string, ret nvml.Return) {
+	note := func(call string, r C.nvmlReturn_t) {
 		if problem == "" {
-			problem = fmt.Sprintf("GPU %d: %s: %s", i, call, lib.ErrorString(ret))
+			problem = fmt.Sprintf("GPU %d: %s: %s", i, call, errorString(a, r))
 		}
 	}
-	if v, ret := lib.DeviceGetName(dev); ret == nvml.SUCCESS {
-		g.Name = v
+	var buf [128]C.char
+	if r := C.tent_nvml_name(a, dev, &buf[0], C.uint(len(buf))); r == nvmlSuccess {
+		g.Name = C.GoString(&buf[0])
 	} else {
-		note("nvmlDeviceGetName", ret)
+		note("nvmlDeviceGetName", r)
 	}
-	if v, ret := lib.DeviceGetUUID(dev); ret == nvml.SUCCESS {
-		g.UUID = v
+	if r := C.tent_nvml_uuid(a, dev, &buf[0], C.uint(len(buf))); r == nvmlSuccess {
+		g.UUID = C.GoString(&buf[0])
 	} else {
-		note("nvmlDeviceGetUUID", ret)
+		note("nvmlDeviceGetUUID", r)
 	}
-	if v, ret := lib.DeviceGetPciInfo(dev); ret == nvml.SUCCESS {
-		g.PCIBusID = cstr(v.BusId[:])
+	var pci C.tent_nvml_pci_t
+	if r := C.tent_nvml_pci(a, dev, &pci); r == nvmlSuccess {
+		g.PCIBusID = C.GoString(&pci.busId[0])
 	} else {
-		note("nvmlDeviceGetPciInfo", ret)
+		note("nvmlDeviceGetPciInfo", r)
 	}
-	if has("nvmlDeviceGetMemoryInfo") {
-		if v, ret := lib.DeviceGetMemoryInfo(dev); ret == nvml.SUCCESS {
-			g.MemoryTotal = v.Total
-		} else {
-			note("nvmlDeviceGetMemoryInfo", ret)
-		}
+	var mem C.tent_nvml_memory_t
+	if r := C.tent_nvml_memory(a, dev, &mem); r == nvmlSuccess {
+		g.MemoryTotal = uint64(mem.total)
 	}
-	if has("nvmlDeviceGetNumaNodeId") {
-		if v, ret := lib.DeviceGetNumaNodeId(dev); ret == nvml.SUCCESS {
-			g.NUMANode = v
-		}
+	var node C.uint
+	if C.tent_nvml_numa_node(a, dev, &node) == nvmlSuccess {
+		g.NUMANode = int(node)
 	}
-	g.Fabric = fabric(lib, has, dev)
+	g.Fabric = fabric(a, dev)
 	return g, problem
 }
 
-func fabric(lib nvml.Interface, has func(string) bool, dev nvml.Device) Fabric {
-	var (
-		uuid    [16]uint8
-		st      uint32
-		clique  uint32
-		state   uint8
-		ret     nvml.Return
-		queried bool
-	)
-	switch {
-	case has("nvmlDeviceGetGpuFabricInfoV"):
-		var v nvml.GpuFabricInfo_v2
-		v, ret = lib.DeviceGetGpuFabricInfoV(dev).V2()
-		uuid, st, clique, state, queried = v.ClusterUuid, v.Status, v.CliqueId, v.State, true
-	case has("nvmlDeviceGetGpuFabricInfo"):
-		var v nvml.GpuFabricInfo
-		v, ret = lib.DeviceGetGpuFabricInfo(dev)
-		uuid, st, clique, state, queried = v.ClusterUuid, v.Status, v.CliqueId, v.State, true
-	}
-	if !queried {
+func fabric(a *C.tent_nvml_api, dev C.nvmlDevice_t) Fabric {
+	var f C.tent_nvml_fabric_v2_t
+	switch r := C.tent_nvml_fabric(a, dev, &f); {
+	case r == C.NVML_ERROR_FUNCTION_NOT_FOUND:
 		return Fabric{State: FabricStateUnknown}
-	}
-	if ret != nvml.SUCCESS {
+	case r != nvmlSuccess:
 		return Fabric{State: FabricStateNotSupported}
 	}
-	f := Fabric{Supported: true, CliqueID: clique, State: stateName(state), Status: nvml.Return(st).String()}
-	if st == uint32(nvml.SUCCESS) {
-		f.Status = "SUCCESS"
+	out := Fabric{Supported: true, CliqueID: uint32(f.cliqueId), State: stateName(uint8(f.state))}
+	if f.status == nvmlSuccess {
+		out.Status = "SUCCESS"
+	} else {
+		out.Status = errorString(a, f.status)
 	}
-	if uuid != ([16]uint8{}) {
-		f.ClusterUUID = fmt.Sprintf("%x-%x-%x-%x-%x", uuid[0:4], uuid[4:6], uuid[6:8], uuid[8:10], uuid[10:16])
+	var uuid [16]byte
+	for i := range uuid {
+		uuid[i] = byte(f.clusterUuid[i])
 	}
-	f.Usable = state == nvml.GPU_FABRIC_STATE_COMPLETED && st == uint32(nvml.SUCCESS) && f.ClusterUUID != ""
-	if state == nvml.GPU_FABRIC_STATE_NOT_SUPPORTED {
-		f.Supported = false
+	if uuid != ([16]byte{}) {
+		out.ClusterUUID = fmt.Sprintf("%x-%x-%x-%x-%x", uuid[0:4], uuid[4:6], uuid[6:8], uuid[8:10], uuid[10:16])
 	}
-	return f
+	out.Usable = f.state == fabricCompleted && f.status == nvmlSuccess && out.ClusterUUID != ""
+	if f.state == fabricNotSupported {
+		out.Supported = false
+	}
+	return out
 }
 
 func stateName(s uint8) string {
 	switch s {
-	case nvml.GPU_FABRIC_STATE_NOT_SUPPORTED:
+	case fabricNotSupported:
 		return FabricStateNotSupported
-	case nvml.GPU_FABRIC_STATE_NOT_STARTED:
+	case fabricNotStarted:
 		return FabricStateNotStarted
-	case nvml.GPU_FABRIC_STATE_IN_PROGRESS:
+	case fabricInProgress:
 		return FabricStateInProgress
-	case nvml.GPU_FABRIC_STATE_COMPLETED:
+	case fabricCompleted:
 		return FabricStateCompleted
 	}
 	return FabricStateUnknown
-}
-
-func cstr(b []int8) string {
-	out := make([]byte, 0, len(b))
-	for _, c := range b {
-		if c == 0 {
-			break
-		}
-		out = append(out, byte(c))
-	}
-	return string(out)
 }

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/stretchr/testify/require"
 )
 
@@ -52,56 +51,58 @@ func TestZeroValueJSON(t *testing.T) {
 	require.Contains(t, string(b), `"gpus":[]`)
 }
 
-// panicky is a go-nvml library whose every call panics.
-type panicky struct{ nvml.Interface }
-
-func (panicky) Init() nvml.Return { panic("go-nvml: library not loaded") }
-
 func TestRecoversFromPanic(t *testing.T) {
-	old := newLibrary
-	newLibrary = func(string) nvml.Interface { return panicky{} }
-	defer func() { newLibrary = old }()
-	info, err := TopologyFrom("/panicky/libnvidia-ml.so.1")
+	testHook = func() { panic("boom") }
+	defer func() { testHook = nil }()
+	info, err := TopologyFrom("/any/libnvidia-ml.so.1")
 	require.NoError(t, err)
 	require.Empty(t, info.GPUs)
 	require.NotNil(t, info.GPUs)
-	require.Contains(t, info.Reason, "NVML failed: go-nvml: library not loaded")
+	require.Equal(t, "NVML failed: boom", info.Reason)
+}
+
+func TestNotNVML(t *testing.T) {
+	info, err := TopologyFrom("libm.so.6")
+	require.NoError(t, err)
+	require.Empty(t, info.GPUs)
+	require.Equal(t, "NVML unusable (libm.so.6 lacks nvmlInit_v2): no GPU topology", info.Reason)
 }
 
 var (
-	fakeOnce sync.Once
-	fakeImg  []byte
-	fakeErr  error
+	fakeMu   sync.Mutex
+	fakeImgs = map[string][]byte{}
 )
 
 // fakeNVML copies the fake NVML library (testdata/fakenvml.c, built once)
-// to a new path. NVML functions are bound once per process, so every copy
-// runs the first one's code; the fake reads its settings from the
+// to a new path: a separate instance. The fake reads its settings from the
 // environment at each call.
-func fakeNVML(t *testing.T) string {
+func fakeNVML(t *testing.T, defines ...string) string {
 	t.Helper()
-	if info, _ := TopologyFrom(DefaultLibrary); !strings.Contains(info.Reason, "not found") {
-		t.Skip("a real NVML is installed: its functions, once bound, would answer instead of the fake's")
-	}
-	fakeOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "fakenvml-")
-		if err != nil {
-			fakeErr = err
-			return
-		}
-		defer os.RemoveAll(dir)
+	key := strings.Join(defines, " ")
+	fakeMu.Lock()
+	img, ok := fakeImgs[key]
+	if !ok {
+		dir := t.TempDir()
 		out := filepath.Join(dir, "libnvidia-ml.so.1")
-		cmd := exec.Command("gcc", "-shared", "-fPIC", "-o", out, filepath.Join("testdata", "fakenvml.c"))
-		if b, err := cmd.CombinedOutput(); err != nil {
-			fakeErr = err
-			t.Logf("%s", b)
-			return
+		args := []string{"-shared", "-fPIC", "-o", out, filepath.Join("testdata", "fakenvml.c")}
+		for _, d := range defines {
+			args = append(args, "-D"+d)
 		}
-		fakeImg, fakeErr = os.ReadFile(out)
-	})
-	require.NoError(t, fakeErr)
+		b, err := exec.Command("gcc", args...).CombinedOutput()
+		if err != nil {
+			fakeMu.Unlock()
+			t.Fatalf("gcc: %v\n%s", err, b)
+		}
+		img, err = os.ReadFile(out)
+		if err != nil {
+			fakeMu.Unlock()
+			t.Fatal(err)
+		}
+		fakeImgs[key] = img
+	}
+	fakeMu.Unlock()
 	p := filepath.Join(t.TempDir(), "libnvidia-ml.so.1")
-	require.NoError(t, os.WriteFile(p, fakeImg, 0o755))
+	require.NoError(t, os.WriteFile(p, img, 0o755))
 	return p
 }
 
@@ -174,4 +175,15 @@ func TestFakeNVML(t *testing.T) {
 		require.NotNil(t, info.GPUs)
 		require.Equal(t, "NVML sees no GPU", info.Reason)
 	})
+}
+
+func TestFakeNVMLOldFabricQuery(t *testing.T) {
+	path := fakeNVML(t, "FAKENVML_NO_FABRIC_V")
+	t.Setenv("FAKENVML_FABRIC", "1")
+	info, err := TopologyFrom(path)
+	require.NoError(t, err)
+	require.Len(t, info.GPUs, 2)
+	require.Equal(t, Fabric{Supported: true, State: FabricStateCompleted, Status: "SUCCESS",
+		ClusterUUID: "b0b1b2b3-b4b5-b6b7-b8b9-babbbcbdbebf", CliqueID: 5, Usable: true}, info.GPUs[1].Fabric)
+	require.True(t, info.FabricCapable)
 }

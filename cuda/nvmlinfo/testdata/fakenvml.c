@@ -1,12 +1,12 @@
 /*
  * A fake libnvidia-ml.so for nvmlinfo's tests: the few NVML entry points
- * nvmlinfo calls. Behaviour comes from the environment, read at each call
- * (the functions are bound once per process, so one fake serves all tests):
+ * nvmlinfo calls. Behaviour comes from the environment, read at each call:
  *   FAKENVML_GPUS        number of GPUs (default 2)
  *   FAKENVML_INIT_ERROR  nvmlReturn_t for nvmlInit (default 0)
  *   FAKENVML_FABRIC      0: fabric not supported, 1: registered in a cluster,
  *                        2: registration in progress (default 0)
  * Build: gcc -shared -fPIC -o libnvidia-ml.so.1 fakenvml.c
+ * (-DFAKENVML_NO_FABRIC_V: only the older nvmlDeviceGetGpuFabricInfo).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,6 +131,26 @@ nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node) {
 	return 0;
 }
 
+typedef struct {
+	unsigned char clusterUuid[16];
+	nvmlReturn_t status;
+	unsigned int cliqueId;
+	unsigned char state;
+} nvmlGpuFabricInfo_t;
+
+nvmlReturn_t nvmlDeviceGetGpuFabricInfo(nvmlDevice_t d, nvmlGpuFabricInfo_t *f) {
+	int i = dev_index(d);
+	if (i < 0) return 2;
+	int mode = env("FAKENVML_FABRIC", 0);
+	if (mode == 0) return 3;
+	memset(f, 0, sizeof *f);
+	for (int k = 0; k < 16; k++) f->clusterUuid[k] = (unsigned char)(0xb0 + k);
+	f->cliqueId = 5;
+	f->state = mode == 1 ? 3 : 2;
+	return 0;
+}
+
+#ifndef FAKENVML_NO_FABRIC_V
 nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, nvmlGpuFabricInfo_v2_t *f) {
 	int i = dev_index(d);
 	if (i < 0) return 2;
@@ -147,3 +167,4 @@ nvmlReturn_t nvmlDeviceGetGpuFabricInfoV(nvmlDevice_t d, nvmlGpuFabricInfo_v2_t 
 	f->state = mode == 1 ? 3 : 2; /* COMPLETED : IN_PROGRESS */
 	return 0;
 }
+#endif
