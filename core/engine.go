@@ -1,11 +1,15 @@
 package core
 
 import (
+	"crypto/rand"
+	"encoding/binary"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
 )
 
 // Options configure an engine. The zero value means defaults.
@@ -62,41 +66,124 @@ func (o *Options) withDefaults() Options {
 // use. Close releases everything; afterwards every method fails with
 // ErrClosed.
 type Engine struct {
-	opts Options
+	opts        Options
+	name        string
+	incarnation uint64
+	srv         *server
+	dir         Directory
+	notes       *notifyQueue
 
-	mu         sync.Mutex
-	closed     bool
-	index      *index
-	regions    map[*Region]struct{}
-	transports []*installed
-	generation uint64
-	watchers   []func()
+	mu          sync.Mutex
+	closed      bool
+	index       *index
+	regions     map[*Region]struct{}
+	transports  []*installed
+	generation  uint64
+	watchers    []func()
+	peers       map[string]*Peer
+	segments    map[*Segment]struct{}
+	batches     map[*Batch]struct{}
+	inflight    int64
+	links       map[*link]struct{}
+	subscribers map[chan struct{}]struct{}
+	allocs      map[*Allocation]struct{}
+	nextAlloc   uint64
+
+	descMu    sync.Mutex
+	descGen   uint64
+	descCache *wire.SegmentDesc
+
+	linkWG sync.WaitGroup // control-link reader goroutines
+	descBytes []byte
 }
 
 // New creates an engine and installs its transports. If one fails to
 // install, those already installed are uninstalled and the error returned.
 func New(o Options) (*Engine, error) {
 	opts := o.withDefaults()
-	e := &Engine{opts: opts, index: newIndex(), regions: map[*Region]struct{}{}}
-	seen := map[string]bool{}
-	for _, name := range opts.Transports {
-		if seen[name] {
+	if err := checkListenAddr(opts); err != nil {
+		return nil, err
+	}
+	e := &Engine{
+		opts: opts, index: newIndex(), regions: map[*Region]struct{}{},
+		notes: newNotifyQueue(), peers: map[string]*Peer{}, segments: map[*Segment]struct{}{},
+		batches: map[*Batch]struct{}{}, links: map[*link]struct{}{},
+		subscribers: map[chan struct{}]struct{}{}, allocs: map[*Allocation]struct{}{},
+	}
+	var seed [8]byte
+	_, _ = rand.Read(seed[:])
+	e.incarnation = binary.LittleEndian.Uint64(seed[:]) | 1
+	srv, err := newServer(e, opts.ListenAddr)
+	if err != nil {
+		return nil, err
+	}
+	e.srv = srv
+	e.name = opts.Name
+	if e.name == "" {
+		e.name = srv.addr()
+	}
+	srv.handle(KindControl, e.serveControl)
+	if err := e.installAll(); err != nil {
+		srv.close()
+		return nil, err
+	}
+	if opts.Metadata != "p2p" {
+		dir, err := openDirectory(opts.Metadata, e)
+		if err != nil {
 			e.uninstallAll()
-			return nil, status.Errorf(status.InvalidArgument, "transport %q listed twice", name)
+			srv.close()
+			return nil, err
 		}
-		seen[name] = true
-		f, ok := lookupFactory(name)
-		if !ok {
-			e.uninstallAll()
-			return nil, status.Errorf(status.NotFound, "unknown transport %q (available: %v)", name, AvailableTransports())
-		}
-		if err := e.Install(f()); err != nil {
-			e.uninstallAll()
+		e.dir = dir
+	}
+	srv.start()
+	registerLocal(e)
+	if e.dir != nil {
+		if err := e.publish(); err != nil {
+			_ = e.Close()
 			return nil, err
 		}
 	}
 	return e, nil
 }
+
+// checkListenAddr refuses to expose an engine beyond loopback by default
+// only in the sense that the default address is loopback; an explicit
+// address is taken as the caller's decision.
+func checkListenAddr(o Options) error {
+	if strings.TrimSpace(o.ListenAddr) == "" {
+		return status.Errorf(status.InvalidArgument, "empty listen address")
+	}
+	return nil
+}
+
+func (e *Engine) installAll() error {
+	opts := e.opts
+	seen := map[string]bool{}
+	for _, name := range opts.Transports {
+		if seen[name] {
+			e.uninstallAll()
+			return status.Errorf(status.InvalidArgument, "transport %q listed twice", name)
+		}
+		seen[name] = true
+		f, ok := lookupFactory(name)
+		if !ok {
+			e.uninstallAll()
+			return status.Errorf(status.NotFound, "unknown transport %q (available: %v)", name, AvailableTransports())
+		}
+		if err := e.Install(f()); err != nil {
+			e.uninstallAll()
+			return err
+		}
+	}
+	return nil
+}
+
+// Name is the engine's segment name.
+func (e *Engine) Name() string { return e.name }
+
+// Incarnation is random per engine; a restarted peer has a new one.
+func (e *Engine) Incarnation() uint64 { return e.incarnation }
 
 // Options returns the engine's options with defaults filled in.
 func (e *Engine) Options() Options { return e.opts }
@@ -189,8 +276,9 @@ func (e *Engine) uninstallAll() {
 	_ = uninstall(victims)
 }
 
-// Close uninstalls every transport and drops every region. Transfers in
-// flight fail with ErrClosed. Closing twice returns ErrClosed.
+// Close fails transfers in flight with ErrClosed, uninstalls every
+// transport, drops every region, segment and connection, and frees
+// allocations. Closing twice returns ErrClosed.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -200,17 +288,47 @@ func (e *Engine) Close() error {
 	e.closed = true
 	victims := e.transports
 	e.transports = nil
+	batches := make([]*Batch, 0, len(e.batches))
+	for b := range e.batches {
+		batches = append(batches, b)
+	}
 	e.mu.Unlock()
 
-	err := uninstall(victims)
+	unregisterLocal(e)
+	if e.dir != nil {
+		_ = e.dir.Close()
+	}
+	for _, b := range batches {
+		b.expire(status.Closed, "engine destroyed while the batch was in flight")
+	}
+	err := uninstall(victims) // movers complete what they hold
+	e.srv.close()
+	e.notes.close()
 
 	e.mu.Lock()
+	links := make([]*link, 0, len(e.links))
+	for l := range e.links {
+		links = append(links, l)
+	}
 	for r := range e.regions {
 		r.closing.Store(true)
 		e.index.remove(r.span)
 		delete(e.regions, r)
 	}
+	allocs := e.allocs
+	e.allocs = map[*Allocation]struct{}{}
+	e.segments = map[*Segment]struct{}{}
+	e.peers = map[string]*Peer{}
 	e.mu.Unlock()
+	for _, l := range links {
+		l.close()
+	}
+	for a := range allocs {
+		if ferr := a.release(); ferr != nil && err == nil {
+			err = ferr
+		}
+	}
+	e.linkWG.Wait()
 	return err
 }
 
@@ -242,6 +360,10 @@ func (e *Engine) notifyChange() {
 	for _, f := range ws {
 		f()
 	}
+	e.pushChange()
+	if e.dir != nil {
+		_ = e.publish() // best effort; the directory retries on its own
+	}
 }
 
 // Regions returns a snapshot of the registered regions, ordered by address.
@@ -258,23 +380,39 @@ func (e *Engine) Regions() []*Region {
 
 // Stats counts what an engine holds; leak checks compare it to a baseline.
 type Stats struct {
-	Regions         int
-	RegisteredBytes uint64
-	Reservations    int
-	Transports      map[string]map[string]int64
+	Regions          int
+	RegisteredBytes  uint64
+	Reservations     int
+	Segments         int
+	Batches          int
+	RequestsInFlight int64
+	Allocations      int
+	Peers            int
+	ControlLinks     int
+	Connections      int // accepted connections being served
+	Notifications    int // received, not yet taken
+	Transports       map[string]map[string]int64
 }
 
 // Stats returns the engine's current counts.
 func (e *Engine) Stats() Stats {
 	e.mu.Lock()
 	s := Stats{
-		Regions:         e.index.committed,
-		RegisteredBytes: e.index.bytes,
-		Reservations:    e.index.reserved,
-		Transports:      map[string]map[string]int64{},
+		Regions:          e.index.committed,
+		RegisteredBytes:  e.index.bytes,
+		Reservations:     e.index.reserved,
+		Segments:         len(e.segments),
+		Batches:          len(e.batches),
+		RequestsInFlight: e.inflight,
+		Allocations:      len(e.allocs),
+		Peers:            len(e.peers),
+		ControlLinks:     len(e.links),
+		Transports:       map[string]map[string]int64{},
 	}
 	ts := e.transports
 	e.mu.Unlock()
+	s.Connections = e.srv.connCount()
+	s.Notifications = e.notes.len()
 	for _, in := range ts {
 		if in.gate.enter() {
 			var st map[string]int64

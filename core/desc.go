@@ -1,0 +1,96 @@
+package core
+
+import (
+	"os"
+	"strings"
+
+	"github.com/tent-dev/tent/wire"
+)
+
+// Endpointer is implemented by transports that peers reach at an address.
+type Endpointer interface {
+	Endpoints() []wire.Endpoint
+}
+
+// Attacher is implemented by transports that publish per-region data (a
+// shareable handle, say) in the descriptor.
+type Attacher interface {
+	Attachments(r *Region) []wire.Attachment
+}
+
+// Descriptor returns this engine's segment descriptor: who it is, where
+// it listens, and what memory peers may access.
+func (e *Engine) Descriptor() (*wire.SegmentDesc, error) {
+	_, d, err := e.descriptor()
+	return d, err
+}
+
+// EncodedDescriptor returns the descriptor in its wire encoding.
+func (e *Engine) EncodedDescriptor() ([]byte, error) {
+	b, _, err := e.descriptor()
+	return b, err
+}
+
+// descriptor builds the descriptor once per generation.
+func (e *Engine) descriptor() ([]byte, *wire.SegmentDesc, error) {
+	e.descMu.Lock()
+	defer e.descMu.Unlock()
+	gen := e.Generation()
+	if e.descCache != nil && e.descGen == gen {
+		return e.descBytes, e.descCache, nil
+	}
+	d := &wire.SegmentDesc{
+		Name:        e.name,
+		MachineID:   MachineID(),
+		PID:         uint32(os.Getpid()),
+		Incarnation: e.incarnation,
+		Generation:  gen,
+		Endpoints:   []wire.Endpoint{{Transport: "ctl", Addr: e.srv.addr()}},
+	}
+	ts := e.Transports()
+	for _, t := range ts {
+		if ep, ok := t.(Endpointer); ok {
+			d.Endpoints = append(d.Endpoints, ep.Endpoints()...)
+		}
+	}
+	for _, r := range e.Regions() {
+		rd := wire.RegionDesc{Addr: r.Addr, Len: r.Len, Perm: wire.Perm(r.Perm), Location: r.Loc.String()}
+		if r.Alloc != nil {
+			rd.AllocID = r.Alloc.ID
+		}
+		for _, t := range ts {
+			if at, ok := t.(Attacher); ok {
+				rd.Attachments = append(rd.Attachments, at.Attachments(r)...)
+			}
+		}
+		d.Regions = append(d.Regions, rd)
+	}
+	b, err := d.MarshalBinary()
+	if err != nil {
+		return nil, nil, err
+	}
+	e.descBytes, e.descCache, e.descGen = b, d, gen
+	return b, d, nil
+}
+
+var machineID = func() string {
+	if id := os.Getenv("TENT_MACHINE_ID"); id != "" {
+		return id
+	}
+	var parts []string
+	for _, f := range []string{"/etc/machine-id", "/proc/sys/kernel/random/boot_id"} {
+		if b, err := os.ReadFile(f); err == nil {
+			parts = append(parts, strings.TrimSpace(string(b)))
+		}
+	}
+	if len(parts) == 0 {
+		h, _ := os.Hostname()
+		return h
+	}
+	return strings.Join(parts, "/")
+}()
+
+// MachineID identifies this host: engines with the same id share memory
+// and can use the shm transport. TENT_MACHINE_ID overrides it (tests that
+// simulate several hosts on one machine).
+func MachineID() string { return machineID }

@@ -1,0 +1,164 @@
+package core
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+// Channel kinds a connection to an engine's listener can ask for in the
+// handshake.
+const (
+	KindControl uint8 = 1 // descriptors, change pushes, notifications
+	KindTCPData uint8 = 2 // the tcp transport's data streams
+)
+
+// HandshakeTimeout bounds how long an accepted connection may take to
+// authenticate.
+const HandshakeTimeout = 10 * time.Second
+
+// ConnHandler serves one accepted, authenticated connection until it fails
+// or is closed; the engine closes it on Close.
+type ConnHandler func(conn net.Conn, peerName string)
+
+// server is the engine's listener: it accepts peers, runs the handshake,
+// and hands each connection to the handler of the kind it asked for.
+type server struct {
+	e        *Engine
+	ln       net.Listener
+	mu       sync.Mutex
+	handlers map[uint8]ConnHandler
+	conns    map[net.Conn]struct{}
+	closed   bool
+	wg       sync.WaitGroup
+}
+
+func newServer(e *Engine, addr string) (*server, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, status.Errorf(status.TransportError, "listen on %s: %w", addr, err)
+	}
+	return &server{e: e, ln: ln, handlers: map[uint8]ConnHandler{}, conns: map[net.Conn]struct{}{}}, nil
+}
+
+func (s *server) addr() string { return s.ln.Addr().String() }
+
+func (s *server) handle(kind uint8, h ConnHandler) {
+	s.mu.Lock()
+	s.handlers[kind] = h
+	s.mu.Unlock()
+}
+
+func (s *server) start() {
+	s.wg.Add(1)
+	go s.acceptLoop()
+}
+
+func (s *server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.Accept()
+		if err != nil {
+			return // closed
+		}
+		if !s.track(c) {
+			c.Close()
+			return
+		}
+		s.wg.Add(1)
+		go s.serve(c)
+	}
+}
+
+func (s *server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *server) serve(c net.Conn) {
+	defer s.wg.Done()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+	}()
+	kind, peer, err := wire.ServerHandshake(c, wire.HandshakeConfig{
+		Secret: s.e.opts.Secret, Deadline: time.Now().Add(HandshakeTimeout), LocalName: s.e.Name(),
+	})
+	if err != nil {
+		return
+	}
+	s.mu.Lock()
+	h := s.handlers[kind]
+	s.mu.Unlock()
+	if h == nil {
+		return
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	_ = safeCall("connection handler", func() error { h(c, peer); return nil })
+}
+
+// close stops accepting, closes every connection, and waits for handlers.
+func (s *server) close() {
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]net.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	s.ln.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	s.wg.Wait()
+}
+
+func (s *server) connCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// HandleConn makes the engine's listener pass connections of kind to h.
+// Transports call it from Install.
+func (e *Engine) HandleConn(kind uint8, h ConnHandler) {
+	e.srv.handle(kind, h)
+}
+
+// ListenAddr is the engine listener's address ("host:port").
+func (e *Engine) ListenAddr() string { return e.srv.addr() }
+
+// Dial connects to a peer's listener and runs the client handshake for
+// kind, with the engine's secret, by deadline.
+func (e *Engine) Dial(addr string, kind uint8, deadline time.Time) (net.Conn, error) {
+	d := net.Dialer{Deadline: deadline}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			return nil, status.Errorf(status.Timeout, "connect to %s: %w", addr, err)
+		}
+		return nil, status.Errorf(status.TransportError, "connect to %s: %w", addr, err)
+	}
+	if _, err := wire.ClientHandshake(c, wire.HandshakeConfig{
+		Secret: e.opts.Secret, Deadline: deadline, LocalName: e.Name(),
+	}, kind); err != nil {
+		c.Close()
+		return nil, err
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+	}
+	return c, nil
+}

@@ -1,0 +1,334 @@
+package core
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+// Peer is this engine's view of another engine (or of itself): its cached
+// descriptor, its control link, and whether it lives in this process. One
+// Peer serves every Segment handle opened on the same name.
+type Peer struct {
+	e    *Engine
+	name string
+
+	mu         sync.Mutex
+	desc       *wire.SegmentDesc
+	stale      bool
+	local      *Engine // the peer engine when it lives in this process
+	link       *link
+	refreshing chan struct{} // non-nil while a refresh runs (single flight)
+	epoch      atomic.Uint64 // bumps whenever the descriptor is replaced
+}
+
+// Name is the segment name the peer was opened with.
+func (p *Peer) Name() string { return p.name }
+
+// Local returns the peer engine when it lives in this process, else nil.
+func (p *Peer) Local() *Engine {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.local
+}
+
+// Epoch changes whenever the peer's descriptor is replaced; transports key
+// caches of peer mappings on it so they never reuse a stale one.
+func (p *Peer) Epoch() uint64 { return p.epoch.Load() }
+
+// Desc returns the cached descriptor (nil before the first resolve).
+func (p *Peer) Desc() *wire.SegmentDesc {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.desc
+}
+
+func (p *Peer) fresh() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.local != nil || (p.desc != nil && !p.stale)
+}
+
+// invalidate marks the cached descriptor stale; the next transfer
+// refreshes it first.
+func (p *Peer) invalidate() {
+	p.mu.Lock()
+	p.stale = true
+	p.mu.Unlock()
+}
+
+// descriptor returns the peer's descriptor, refreshing it when force is
+// set or the cache is stale. Concurrent callers share one refresh.
+func (p *Peer) descriptor(force bool, deadline time.Time) (*wire.SegmentDesc, error) {
+	for {
+		p.mu.Lock()
+		if local := p.local; local != nil {
+			if !local.Closed() {
+				p.mu.Unlock()
+				return local.Descriptor()
+			}
+			p.local = nil // that engine is gone; resolve the name again
+			p.epoch.Add(1)
+		}
+		if p.desc != nil && !p.stale && !force {
+			d := p.desc
+			p.mu.Unlock()
+			return d, nil
+		}
+		if wait := p.refreshing; wait != nil {
+			p.mu.Unlock()
+			select {
+			case <-wait:
+				force = false // take the result of that refresh
+				continue
+			case <-time.After(time.Until(deadline)):
+				return nil, status.Errorf(status.Timeout, "resolving segment %q timed out", p.name)
+			}
+		}
+		done := make(chan struct{})
+		p.refreshing = done
+		p.mu.Unlock()
+
+		d, err := p.e.resolve(p, deadline)
+		p.mu.Lock()
+		p.refreshing = nil
+		if err == nil {
+			if p.desc == nil || p.desc.Incarnation != d.Incarnation || p.desc.Generation != d.Generation {
+				p.epoch.Add(1)
+			}
+			p.desc, p.stale = d, false
+		}
+		p.mu.Unlock()
+		close(done)
+		return d, err
+	}
+}
+
+// controlLink returns a live control link to the peer, dialing addr if
+// needed.
+func (p *Peer) controlLink(addr string, deadline time.Time) (*link, error) {
+	p.mu.Lock()
+	if l := p.link; l != nil && !l.dead() {
+		p.mu.Unlock()
+		return l, nil
+	}
+	p.mu.Unlock()
+	l, err := p.e.dialLink(addr, deadline, func(inc, gen uint64) {
+		p.mu.Lock()
+		if p.desc == nil || p.desc.Incarnation != inc || p.desc.Generation != gen {
+			p.stale = true
+		}
+		p.mu.Unlock()
+	})
+	if err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if old := p.link; old != nil && !old.dead() {
+		l.close() // lost a race with another dialer
+		return old, nil
+	}
+	p.link = l
+	return l, nil
+}
+
+// controlAddr is where the peer's control service listens.
+func controlAddr(d *wire.SegmentDesc) string {
+	for _, ep := range d.Endpoints {
+		if ep.Transport == "ctl" {
+			return ep.Addr
+		}
+	}
+	return ""
+}
+
+// resolve fetches p's descriptor: from the directory when one is
+// configured, else from the peer itself (p2p: the name is its address).
+func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error) {
+	if local := lookupLocal(p.name); local != nil {
+		p.mu.Lock()
+		p.local = local
+		p.mu.Unlock()
+		return local.Descriptor()
+	}
+	addr := p.name
+	if e.dir != nil {
+		d, err := e.dir.Resolve(p.name, deadline)
+		if err != nil {
+			return nil, err
+		}
+		if local := lookupIncarnation(d.Incarnation); local != nil {
+			p.mu.Lock()
+			p.local = local
+			p.mu.Unlock()
+			return local.Descriptor()
+		}
+		if addr = controlAddr(d); addr == "" {
+			return nil, status.Errorf(status.Protocol, "segment %q publishes no control endpoint", p.name)
+		}
+	}
+	l, err := p.controlLink(addr, deadline)
+	if err != nil {
+		return nil, status.Errorf(status.CodeOf(err), "segment %q: %w", p.name, err)
+	}
+	payload, err := l.call(ctlGetDesc, func(*wire.Encoder) {}, ctlDesc, deadline)
+	if err != nil {
+		return nil, status.Errorf(status.CodeOf(err), "segment %q: %w", p.name, err)
+	}
+	dec := wire.NewDecoder(payload)
+	serr := getStatus(&dec)
+	raw := dec.Bytes(wire.MaxDescriptorSize)
+	if err := dec.Finish(); err != nil {
+		l.fail(err)
+		return nil, err
+	}
+	if serr != nil {
+		return nil, serr
+	}
+	d, err := wire.UnmarshalSegmentDesc(raw)
+	if err != nil {
+		l.fail(err)
+		return nil, status.Errorf(status.CodeOf(err), "segment %q sent a bad descriptor: %w", p.name, err)
+	}
+	if local := lookupIncarnation(d.Incarnation); local != nil {
+		p.mu.Lock()
+		p.local = local
+		p.mu.Unlock()
+	}
+	return d, nil
+}
+
+// notify delivers msg to the peer engine.
+func (p *Peer) notify(msg []byte, deadline time.Time) error {
+	if local := p.Local(); local != nil {
+		return local.notes.push(p.e.Name(), msg)
+	}
+	d, err := p.descriptor(false, deadline)
+	if err != nil {
+		return err
+	}
+	addr := controlAddr(d)
+	if addr == "" {
+		addr = p.name
+	}
+	l, err := p.controlLink(addr, deadline)
+	if err != nil {
+		return err
+	}
+	payload, err := l.call(ctlNotify, func(enc *wire.Encoder) {
+		enc.String(p.e.Name())
+		enc.Bytes(msg)
+	}, ctlNotifyDone, deadline)
+	if err != nil {
+		return err
+	}
+	dec := wire.NewDecoder(payload)
+	serr := getStatus(&dec)
+	if err := dec.Finish(); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Segment is an open handle on a peer.
+type Segment struct {
+	peer   *Peer
+	closed atomic.Bool
+}
+
+// Peer returns the peer the segment refers to.
+func (s *Segment) Peer() *Peer { return s.peer }
+
+// OpenSegment resolves name (waiting up to the engine's default timeout)
+// and returns a handle on it.
+func (e *Engine) OpenSegment(name string) (*Segment, error) {
+	if name == "" {
+		return nil, status.Errorf(status.InvalidArgument, "empty segment name")
+	}
+	if len(name) > wire.MaxNameLen {
+		return nil, status.Errorf(status.InvalidArgument, "segment name longer than %d bytes", wire.MaxNameLen)
+	}
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, status.Errorf(status.Closed, "engine is closed")
+	}
+	p := e.peers[name]
+	if p == nil {
+		p = &Peer{e: e, name: name}
+		e.peers[name] = p
+	}
+	e.mu.Unlock()
+	if _, err := p.descriptor(false, time.Now().Add(e.opts.DefaultTimeout)); err != nil {
+		return nil, err
+	}
+	s := &Segment{peer: p}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return nil, status.Errorf(status.Closed, "engine closed while opening %q", name)
+	}
+	e.segments[s] = struct{}{}
+	return s, nil
+}
+
+// CloseSegment releases a segment handle; submitted transfers continue.
+func (e *Engine) CloseSegment(s *Segment) error {
+	if s == nil || s.peer.e != e {
+		return status.Errorf(status.InvalidHandle, "segment does not belong to this engine")
+	}
+	if s.closed.Swap(true) {
+		return status.Errorf(status.InvalidHandle, "segment already closed")
+	}
+	e.mu.Lock()
+	delete(e.segments, s)
+	e.mu.Unlock()
+	return nil
+}
+
+// Process-wide registry of live engines, so peers in the same process are
+// reached directly.
+var (
+	localMu      sync.Mutex
+	localByName  = map[string]*Engine{}
+	localByIncar = map[uint64]*Engine{}
+)
+
+func registerLocal(e *Engine) {
+	localMu.Lock()
+	defer localMu.Unlock()
+	localByIncar[e.incarnation] = e
+	if _, taken := localByName[e.name]; !taken {
+		localByName[e.name] = e
+	}
+	if _, taken := localByName[e.srv.addr()]; !taken {
+		localByName[e.srv.addr()] = e
+	}
+}
+
+func unregisterLocal(e *Engine) {
+	localMu.Lock()
+	defer localMu.Unlock()
+	delete(localByIncar, e.incarnation)
+	for n, x := range localByName {
+		if x == e {
+			delete(localByName, n)
+		}
+	}
+}
+
+func lookupLocal(name string) *Engine {
+	localMu.Lock()
+	defer localMu.Unlock()
+	return localByName[name]
+}
+
+func lookupIncarnation(inc uint64) *Engine {
+	localMu.Lock()
+	defer localMu.Unlock()
+	return localByIncar[inc]
+}

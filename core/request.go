@@ -1,0 +1,317 @@
+package core
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+// Op is a transfer direction, seen from the initiator.
+type Op uint8
+
+const (
+	OpRead  Op = 0 // remote -> local
+	OpWrite Op = 1 // local -> remote
+)
+
+// Transport ids, as reported in request statuses (TENT_TRANSPORT_*).
+const (
+	TransportNone  uint32 = 0
+	TransportLocal uint32 = 1
+	TransportShm   uint32 = 2
+	TransportTCP   uint32 = 3
+	TransportCUDA  uint32 = 4
+)
+
+var transportIDs = map[string]uint32{"local": TransportLocal, "shm": TransportShm, "tcp": TransportTCP, "cuda": TransportCUDA}
+
+// TransportID returns the id of a transport name, or TransportNone.
+func TransportID(name string) uint32 { return transportIDs[name] }
+
+// Status flags of a request.
+const FlagRetried uint32 = 1
+
+// MaxNotifyLen bounds a notification message.
+const MaxNotifyLen = 64 << 10
+
+// TransferRequest is one request as the caller states it.
+type TransferRequest struct {
+	Op      Op
+	Local   uint64
+	Segment *Segment
+	Remote  uint64
+	Len     uint64
+}
+
+// TransferOptions apply to a whole batch.
+type TransferOptions struct {
+	Timeout   time.Duration // 0 = the engine's default
+	Notify    []byte        // delivered to each target after the data
+	Transport string        // "" = choose per request
+}
+
+// Mover is a transport that moves data. Submit returns at once; the mover
+// then calls Done exactly once per request, at the latest shortly after the
+// request's Deadline. After Done the mover must not touch the request's
+// memory again.
+type Mover interface {
+	Transport
+	// Eligible reports whether the mover can serve r; cheap, never blocks.
+	Eligible(r *Request) bool
+	Submit(reqs []*Request)
+}
+
+// Canceler is implemented by movers that can abandon requests early (when
+// a batch is destroyed while in flight); they still call Done.
+type Canceler interface {
+	Cancel(reqs []*Request)
+}
+
+// Request is one request in flight. Movers read its exported fields and
+// report with Done.
+type Request struct {
+	Op           Op
+	Local        uint64 // local address, inside LocalRegion
+	Remote       uint64 // address in the peer's memory
+	Len          uint64
+	Peer         *Peer
+	Desc         *wire.SegmentDesc // the peer's descriptor used for routing
+	RemoteRegion wire.RegionDesc   // the peer's region containing the range
+	LocalRegion  *Region           // held until Done
+	Deadline     time.Time
+
+	batch    *Batch
+	index    int
+	mover    atomic.Pointer[installed]
+	attempts int
+
+	status    atomic.Int32
+	transport atomic.Uint32
+	bytes     atomic.Uint64
+	flags     atomic.Uint32
+	settled   atomic.Bool
+}
+
+// Index is the request's position in its batch.
+func (r *Request) Index() int { return r.index }
+
+// Done reports the outcome of the request's current attempt: n bytes moved
+// and err (nil on success). A transport failure is retried once on the next
+// eligible transport.
+func (r *Request) Done(n uint64, err error) {
+	if err != nil && r.attempts == 1 && status.CodeOf(err) == status.TransportError &&
+		r.status.Load() == int32(status.Pending) {
+		if next := r.batch.e.nextMover(r); next != nil {
+			r.attempts++
+			r.flags.Or(FlagRetried)
+			r.batch.e.dispatch(next, []*Request{r})
+			return
+		}
+	}
+	r.bytes.Store(n)
+	if r.settled.Swap(true) {
+		panic("tent: request completed twice")
+	}
+	code := status.CodeOf(err)
+	if err != nil {
+		r.batch.setError(r.index, err)
+	}
+	r.batch.finish(r, code)
+	r.LocalRegion.release()
+	r.batch.settle()
+}
+
+// Batch is a set of requests submitted together.
+type Batch struct {
+	e        *Engine
+	reqs     []Request
+	deadline time.Time
+	notify   []byte
+
+	pending   atomic.Int64 // requests without a final status
+	unsettled atomic.Int64 // requests a mover (or routing) still holds
+	done      chan struct{}
+	settledCh chan struct{}
+	timer     *time.Timer
+
+	mu        sync.Mutex
+	errs      map[int]error
+	notifyErr error
+}
+
+// Len returns the number of requests.
+func (b *Batch) Len() int { return len(b.reqs) }
+
+// Deadline is the batch's deadline.
+func (b *Batch) Deadline() time.Time { return b.deadline }
+
+// RequestStatus is what a caller sees of one request.
+type RequestStatus struct {
+	Code      status.Code
+	Transport uint32
+	Bytes     uint64
+	Flags     uint32
+}
+
+// Status copies the request statuses into out and returns the batch
+// outcome: OK, Pending, or the first failure.
+func (b *Batch) Status(out []RequestStatus) (status.Code, int, error) {
+	completed := 0
+	firstErr := -1
+	for i := range b.reqs {
+		r := &b.reqs[i]
+		c := status.Code(r.status.Load())
+		if i < len(out) {
+			out[i] = RequestStatus{Code: c, Transport: r.transport.Load(), Bytes: r.bytes.Load(), Flags: r.flags.Load()}
+		}
+		if c != status.Pending {
+			completed++
+			if c != status.OK && firstErr < 0 {
+				firstErr = i
+			}
+		}
+	}
+	switch {
+	case completed < len(b.reqs):
+		return status.Pending, completed, nil
+	case firstErr >= 0:
+		return status.Code(b.reqs[firstErr].status.Load()), completed, b.requestError(firstErr)
+	}
+	select {
+	case <-b.done:
+	default:
+		return status.Pending, completed, nil // notification still on its way
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.notifyErr != nil {
+		return status.CodeOf(b.notifyErr), completed, b.notifyErr
+	}
+	return status.OK, completed, nil
+}
+
+func (b *Batch) requestError(i int) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err := b.errs[i]; err != nil {
+		return status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
+	}
+	c := status.Code(b.reqs[i].status.Load())
+	e, _ := status.Lookup(c)
+	return status.Errorf(c, "request %d: %s", i, e.Text)
+}
+
+func (b *Batch) setError(i int, err error) {
+	b.mu.Lock()
+	if b.errs == nil {
+		b.errs = map[int]error{}
+	}
+	if b.errs[i] == nil {
+		b.errs[i] = err
+	}
+	b.mu.Unlock()
+}
+
+// Wait blocks until every request has a final status or timeout passes
+// (negative: the batch deadline plus a grace period).
+func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
+	if timeout < 0 {
+		timeout = time.Until(b.deadline) + time.Second
+	}
+	if timeout > 0 {
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case <-b.done:
+		case <-t.C:
+		}
+	}
+	c, _, err := b.Status(nil)
+	if c == status.Pending {
+		return status.Timeout, status.Errorf(status.Timeout, "batch still running after %v", timeout)
+	}
+	return c, err
+}
+
+// finish gives r its final visible status, once.
+func (b *Batch) finish(r *Request, code status.Code) {
+	if r.status.CompareAndSwap(int32(status.Pending), int32(code)) {
+		if b.pending.Add(-1) == 0 {
+			b.allFinal()
+		}
+	}
+}
+
+// settle records that a mover no longer holds a request.
+func (b *Batch) settle() {
+	if b.unsettled.Add(-1) == 0 {
+		close(b.settledCh)
+		b.e.batchSettled(b)
+	}
+}
+
+func (b *Batch) allFinal() {
+	b.mu.Lock()
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.mu.Unlock()
+	if len(b.notify) == 0 {
+		close(b.done)
+		return
+	}
+	for i := range b.reqs {
+		if status.Code(b.reqs[i].status.Load()) != status.OK {
+			close(b.done) // no notification for data that did not arrive
+			return
+		}
+	}
+	go func() {
+		err := b.e.notifyTargets(b)
+		b.mu.Lock()
+		b.notifyErr = err
+		b.mu.Unlock()
+		close(b.done)
+	}()
+}
+
+// expire fails every request still pending with code (Timeout, Canceled,
+// Closed). Movers keep their requests until they call Done.
+func (b *Batch) expire(code status.Code, why string) {
+	for i := range b.reqs {
+		r := &b.reqs[i]
+		if status.Code(r.status.Load()) == status.Pending {
+			b.setError(i, status.Errorf(code, "%s", why))
+			b.finish(r, code)
+		}
+	}
+}
+
+// Cancel fails what is pending with ErrCanceled, asks the movers to stop,
+// and waits (until the deadline plus grace) for them to let go of the
+// requests, so no transfer touches local memory afterwards. It reports
+// whether they all did.
+func (b *Batch) Cancel() bool {
+	b.expire(status.Canceled, "batch destroyed while in flight")
+	b.e.cancelMovers(b)
+	t := time.NewTimer(time.Until(b.deadline) + 2*time.Second)
+	defer t.Stop()
+	select {
+	case <-b.settledCh:
+		return true
+	case <-t.C:
+		return false
+	}
+}
+
+// Settled is closed when no mover holds any request of the batch.
+func (b *Batch) Settled() <-chan struct{} { return b.settledCh }
+
+// Done is closed when every request has its final status.
+func (b *Batch) Done() <-chan struct{} { return b.done }
+
+// ErrUninstalled is what movers report for requests they drop on Uninstall.
+var ErrUninstalled = status.Errorf(status.Closed, "transport uninstalled while the request was in flight")

@@ -1,0 +1,312 @@
+package core
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+// Submit checks and starts a batch and returns at once. Local problems (bad
+// arguments, unregistered local memory, a closed segment) fail the call
+// with nothing started; remote checks and transfer failures are reported
+// per request.
+func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, error) {
+	if len(reqs) == 0 {
+		return nil, status.Errorf(status.InvalidArgument, "empty batch")
+	}
+	if len(o.Notify) > MaxNotifyLen {
+		return nil, status.Errorf(status.InvalidArgument, "notification of %d bytes exceeds %d", len(o.Notify), MaxNotifyLen)
+	}
+	var hint *installed
+	if o.Transport != "" {
+		if hint = e.mover(o.Transport); hint == nil {
+			return nil, status.Errorf(status.NotFound, "transport %q is not installed or cannot move data", o.Transport)
+		}
+	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = e.opts.DefaultTimeout
+	}
+	b := &Batch{
+		e:         e,
+		reqs:      make([]Request, len(reqs)),
+		deadline:  time.Now().Add(timeout),
+		done:      make(chan struct{}),
+		settledCh: make(chan struct{}),
+	}
+	if len(o.Notify) > 0 {
+		b.notify = append([]byte(nil), o.Notify...)
+	}
+	for i := range reqs {
+		tr := &reqs[i]
+		r := &b.reqs[i]
+		if err := e.checkRequest(tr); err != nil {
+			b.releaseLocal(i)
+			return nil, status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
+		}
+		local, err := e.Acquire(tr.Local, tr.Len, AccessLocal)
+		if err != nil {
+			b.releaseLocal(i)
+			return nil, status.Errorf(status.CodeOf(err), "request %d: local memory: %w", i, err)
+		}
+		*r = Request{Op: tr.Op, Local: tr.Local, Remote: tr.Remote, Len: tr.Len, Peer: tr.Segment.peer,
+			LocalRegion: local, Deadline: b.deadline, batch: b, index: i}
+		r.status.Store(int32(status.Pending))
+	}
+	b.pending.Store(int64(len(reqs)))
+	b.unsettled.Store(int64(len(reqs)))
+
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		b.releaseLocal(len(reqs))
+		return nil, status.Errorf(status.Closed, "engine is closed")
+	}
+	e.batches[b] = struct{}{}
+	e.inflight += int64(len(reqs))
+	e.mu.Unlock()
+
+	b.mu.Lock()
+	b.timer = time.AfterFunc(timeout, func() {
+		b.expire(status.Timeout, fmt.Sprintf("deadline of %v exceeded", timeout))
+	})
+	b.mu.Unlock()
+
+	// Group by peer, keeping order; route each group now when its
+	// descriptor is fresh, else after a refresh off the caller's thread.
+	groups := map[*Peer][]*Request{}
+	var order []*Peer
+	for i := range b.reqs {
+		r := &b.reqs[i]
+		if _, ok := groups[r.Peer]; !ok {
+			order = append(order, r.Peer)
+		}
+		groups[r.Peer] = append(groups[r.Peer], r)
+	}
+	for _, p := range order {
+		rs := groups[p]
+		if p.fresh() {
+			e.route(p, rs, hint, false)
+		} else {
+			go e.route(p, rs, hint, true)
+		}
+	}
+	return b, nil
+}
+
+func (b *Batch) releaseLocal(n int) {
+	for i := 0; i < n; i++ {
+		if r := b.reqs[i].LocalRegion; r != nil {
+			r.release()
+		}
+	}
+}
+
+func (e *Engine) checkRequest(tr *TransferRequest) error {
+	switch {
+	case tr.Op != OpRead && tr.Op != OpWrite:
+		return status.Errorf(status.InvalidArgument, "unknown opcode %d", tr.Op)
+	case tr.Len == 0:
+		return status.Errorf(status.InvalidArgument, "zero length")
+	case tr.Local == 0:
+		return status.Errorf(status.InvalidArgument, "null local address")
+	case tr.Remote+tr.Len < tr.Remote:
+		return status.Errorf(status.InvalidArgument, "remote address %#x + length %#x overflows", tr.Remote, tr.Len)
+	case tr.Segment == nil:
+		return status.Errorf(status.InvalidHandle, "null segment")
+	case tr.Segment.peer.e != e:
+		return status.Errorf(status.InvalidHandle, "segment belongs to another engine")
+	case tr.Segment.closed.Load():
+		return status.Errorf(status.InvalidHandle, "segment is closed")
+	}
+	return nil
+}
+
+// route checks each request against the peer's descriptor, picks a mover
+// and hands the requests over.
+func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
+	desc, err := p.descriptor(refresh, rs[0].Deadline)
+	if err != nil {
+		for _, r := range rs {
+			r.attempts = 1
+			r.Done(0, err)
+		}
+		return
+	}
+	byMover := map[*installed][]*Request{}
+	var order []*installed
+	var retry []*Request
+	for _, r := range rs {
+		r.Desc = desc
+		rr, err := checkRemote(desc, r)
+		if err != nil {
+			if !refresh && status.CodeOf(err) == status.NotRegistered {
+				retry = append(retry, r) // maybe registered since we cached it
+				continue
+			}
+			r.attempts = 1
+			r.Done(0, err)
+			continue
+		}
+		r.RemoteRegion = rr
+		m := hint
+		if m == nil {
+			m = e.firstMover(r)
+		} else if !e.eligible(m, r) {
+			m = nil
+		}
+		if m == nil {
+			r.attempts = 1
+			r.Done(0, status.Errorf(status.Unsupported,
+				"no installed transport can move [%#x, +%d) to %s at %#x", r.Local, r.Len, p.name, r.Remote))
+			continue
+		}
+		if _, ok := byMover[m]; !ok {
+			order = append(order, m)
+		}
+		byMover[m] = append(byMover[m], r)
+	}
+	for _, m := range order {
+		for _, r := range byMover[m] {
+			r.attempts = 1
+		}
+		e.dispatch(m, byMover[m])
+	}
+	if len(retry) > 0 {
+		p.invalidate()
+		go e.route(p, retry, hint, true)
+	}
+}
+
+// checkRemote finds the peer region holding r's remote range and checks the
+// permission r needs. The target checks again: this only fails early.
+func checkRemote(d *wire.SegmentDesc, r *Request) (wire.RegionDesc, error) {
+	rr, ok := d.FindRegion(r.Remote, 1)
+	if !ok {
+		return rr, status.Errorf(status.NotRegistered, "remote [%#x, %#x) is not registered by %s",
+			r.Remote, r.Remote+r.Len, d.Name)
+	}
+	if r.Remote+r.Len > rr.End() {
+		return rr, status.Errorf(status.OutOfRange, "remote [%#x, %#x) runs past %s's region [%#x, %#x)",
+			r.Remote, r.Remote+r.Len, d.Name, rr.Addr, rr.End())
+	}
+	need := wire.PermWrite
+	if r.Op == OpRead {
+		need = wire.PermRead
+	}
+	if rr.Perm&need == 0 {
+		return rr, status.Errorf(status.PermissionDenied, "%s's region [%#x, %#x) does not permit remote %s",
+			d.Name, rr.Addr, rr.End(), map[bool]string{true: "read", false: "write"}[r.Op == OpRead])
+	}
+	return rr, nil
+}
+
+// dispatch hands requests to a mover, or fails them if it is uninstalled.
+func (e *Engine) dispatch(m *installed, rs []*Request) {
+	id := TransportID(m.t.Name())
+	for _, r := range rs {
+		r.mover.Store(m)
+		r.transport.Store(id)
+	}
+	if !m.gate.enter() {
+		for _, r := range rs {
+			r.Done(0, status.Errorf(status.Closed, "transport %s was uninstalled", m.t.Name()))
+		}
+		return
+	}
+	defer m.gate.exit()
+	mv := m.t.(Mover)
+	if err := safeCall(m.t.Name()+" submit", func() error { mv.Submit(rs); return nil }); err != nil {
+		// A panicking Submit may have completed some requests; the rest
+		// would hang, so they are failed here. Done is idempotent enough:
+		// settled requests are skipped.
+		for _, r := range rs {
+			if !r.settled.Load() {
+				r.attempts = 2
+				r.Done(0, err)
+			}
+		}
+	}
+}
+
+func (e *Engine) movers() []*installed {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make([]*installed, 0, len(e.transports))
+	for _, in := range e.transports {
+		if _, ok := in.t.(Mover); ok {
+			out = append(out, in)
+		}
+	}
+	return out
+}
+
+func (e *Engine) mover(name string) *installed {
+	for _, m := range e.movers() {
+		if m.t.Name() == name {
+			return m
+		}
+	}
+	return nil
+}
+
+func (e *Engine) eligible(m *installed, r *Request) bool {
+	ok := false
+	_ = safeCall(m.t.Name()+" eligible", func() error { ok = m.t.(Mover).Eligible(r); return nil })
+	return ok
+}
+
+func (e *Engine) firstMover(r *Request) *installed {
+	for _, m := range e.movers() {
+		if e.eligible(m, r) {
+			return m
+		}
+	}
+	return nil
+}
+
+// nextMover returns the first eligible mover after r's current one.
+func (e *Engine) nextMover(r *Request) *installed {
+	past := false
+	for _, m := range e.movers() {
+		if m == r.mover.Load() {
+			past = true
+			continue
+		}
+		if past && e.eligible(m, r) {
+			return m
+		}
+	}
+	return nil
+}
+
+func (e *Engine) cancelMovers(b *Batch) {
+	by := map[*installed][]*Request{}
+	for i := range b.reqs {
+		r := &b.reqs[i]
+		if m := r.mover.Load(); !r.settled.Load() && m != nil {
+			by[m] = append(by[m], r)
+		}
+	}
+	for m, rs := range by {
+		if c, ok := m.t.(Canceler); ok && m.gate.enter() {
+			_ = safeCall(m.t.Name()+" cancel", func() error { c.Cancel(rs); return nil })
+			m.gate.exit()
+		}
+	}
+}
+
+func (e *Engine) batchSettled(b *Batch) {
+	e.mu.Lock()
+	e.inflight -= int64(len(b.reqs))
+	e.mu.Unlock()
+}
+
+// ReleaseBatch forgets a batch whose requests are all settled or canceled.
+func (e *Engine) ReleaseBatch(b *Batch) {
+	e.mu.Lock()
+	delete(e.batches, b)
+	e.mu.Unlock()
+}

@@ -1,0 +1,383 @@
+/*
+ * tent.h — the C ABI of tent, a transfer engine for LLM inference.
+ *
+ * tent registers host and GPU memory and moves bytes between registered
+ * memory in this process, in other processes on this machine, and on other
+ * hosts. This header is the whole public contract of libtent.so.
+ *
+ * Conventions
+ * -----------
+ * - Every fallible call returns a tent_status: TENT_OK (0) on success, a
+ *   negative TENT_ERR_* code on failure (TENT_PENDING, positive, only where
+ *   documented). Results go through trailing out-parameters, which are left
+ *   untouched on failure.
+ * - tent_last_error() explains the most recent failure on the calling
+ *   thread. The return code is the truth; the message explains it.
+ * - Options structs start with a `size` field (set it to sizeof the struct,
+ *   or use the *_INIT macro); a NULL options pointer means defaults.
+ *
+ * Ownership
+ * ---------
+ * - Handles (tent_engine*, tent_region*, tent_segment*, tent_batch*) are
+ *   opaque ids owned by the library. They are never dereferenced by the
+ *   caller and never reused: a destroyed, stale or foreign handle, or a
+ *   handle of the wrong type, is reported as TENT_ERR_INVALID_HANDLE, never a
+ *   crash. Each handle is released by exactly one call, named in its
+ *   documentation; releasing NULL is a no-op that returns TENT_OK.
+ * - Destroying an engine releases every region, segment and batch created
+ *   through it; their handles become invalid.
+ * - The library never takes ownership of caller memory. Registered memory
+ *   must stay valid until it is unregistered. Strings passed in are copied.
+ * - Strings returned as `const char *` are owned by the library (static, or
+ *   thread-local and valid until the next tent call on the same thread).
+ *
+ * Thread safety
+ * -------------
+ * Every function may be called from any thread, concurrently, on the same
+ * or different handles. Blocking calls (tent_batch_wait, tent_transfer_sync,
+ * tent_notify_recv) block only the calling thread.
+ *
+ * Processes that fork
+ * -------------------
+ * The Go runtime inside libtent does not survive fork(). In a child forked
+ * after libtent was loaded, every function that would enter the runtime
+ * returns TENT_ERR_FORKED at once (never hangs). Create engines in the child
+ * after exec, or start workers with the "spawn" or "forkserver" method.
+ */
+#ifndef TENT_H
+#define TENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- Versioning -------------------------------------------------------- */
+
+#define TENT_VERSION_MAJOR 0
+#define TENT_VERSION_MINOR 1
+#define TENT_VERSION_PATCH 0
+/* Bumped on any incompatible change of this header's types or functions. */
+#define TENT_ABI_VERSION 1
+
+#define TENT_MAKE_VERSION(major, minor, patch) \
+  (((uint32_t)(major) << 16) | ((uint32_t)(minor) << 8) | (uint32_t)(patch))
+#define TENT_VERSION \
+  TENT_MAKE_VERSION(TENT_VERSION_MAJOR, TENT_VERSION_MINOR, TENT_VERSION_PATCH)
+
+/* The library's version as TENT_MAKE_VERSION(major, minor, patch). Compare
+ * with TENT_VERSION to detect a header/library mismatch. Never fails. */
+uint32_t tent_version(void);
+/* The library's TENT_ABI_VERSION. Never fails. */
+uint32_t tent_abi_version(void);
+/* "major.minor.patch", static. Never fails. */
+const char *tent_version_string(void);
+
+/* ---- Status codes ------------------------------------------------------ */
+
+typedef int32_t tent_status;
+
+#define TENT_OK 0
+#define TENT_PENDING 1 /* not an error: the operation is still running */
+#define TENT_ERR_INVALID_ARGUMENT -1
+#define TENT_ERR_INVALID_HANDLE -2
+#define TENT_ERR_OVERLAP -3
+#define TENT_ERR_ALREADY_REGISTERED -4
+#define TENT_ERR_NOT_REGISTERED -5
+#define TENT_ERR_BUSY -6
+#define TENT_ERR_OUT_OF_RANGE -7
+#define TENT_ERR_PERMISSION_DENIED -8
+#define TENT_ERR_NOT_FOUND -9
+#define TENT_ERR_UNSUPPORTED -10
+#define TENT_ERR_TRANSPORT -11
+#define TENT_ERR_TIMEOUT -12
+#define TENT_ERR_CLOSED -13
+#define TENT_ERR_NO_MEMORY -14
+#define TENT_ERR_INTERNAL -15
+#define TENT_ERR_FORKED -16
+#define TENT_ERR_AUTH -17
+#define TENT_ERR_PROTOCOL -18
+#define TENT_ERR_BUFFER_TOO_SMALL -19
+#define TENT_ERR_CANCELED -20
+#define TENT_ERR_NAME_IN_USE -21
+#define TENT_ERR_VERSION_MISMATCH -22
+
+/* A static, fixed description of a status code ("unknown status" for
+ * values not listed above). Never NULL; never fails. */
+const char *tent_status_str(tent_status status);
+
+/* The message of the last failure on the calling thread, or "" if the last
+ * call succeeded. Owned by the library; valid until the next tent call on
+ * the same thread. Never NULL; never fails. */
+const char *tent_last_error(void);
+
+/* ---- Handles ----------------------------------------------------------- */
+
+typedef struct tent_engine tent_engine;
+typedef struct tent_region tent_region;
+typedef struct tent_segment tent_segment;
+typedef struct tent_batch tent_batch;
+
+/* ---- Engines ----------------------------------------------------------- */
+
+typedef struct tent_engine_options {
+  uint32_t size;            /* sizeof(tent_engine_options) */
+  uint32_t reserved0;       /* must be 0 */
+  const char *name;         /* segment name; NULL = the listener's "host:port" */
+  const char *listen_addr;  /* NULL = "127.0.0.1:0" (loopback, any port) */
+  const char *metadata;     /* NULL or "p2p" = peer-to-peer (no server);
+                               "etcd://host:port[,host:port...]" */
+  const char *metadata_prefix; /* etcd key prefix; NULL = "/tent" */
+  const char *transports;   /* comma-separated, in preference order, e.g.
+                               "local,shm,tcp"; NULL = all available */
+  const void *secret;       /* shared secret peers must prove; NULL = none */
+  size_t secret_len;
+  uint64_t timeout_ms;      /* default request deadline; 0 = 30000 */
+  uint64_t unregister_timeout_ms; /* wait for transfers on unregister; 0 = 5000 */
+  uint32_t tcp_streams;     /* TCP connections per peer; 0 = 4 */
+  uint32_t reserved1;       /* must be 0 */
+} tent_engine_options;
+
+#define TENT_ENGINE_OPTIONS_INIT \
+  { sizeof(tent_engine_options), 0, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, 0, 0, 0 }
+
+/* Creates an engine. opts may be NULL (defaults). On success *engine_out is
+ * a new handle owned by the caller, released with tent_engine_destroy.
+ * Errors: INVALID_ARGUMENT (bad options), NOT_FOUND (unknown transport),
+ * TRANSPORT (listener or transport failed to start), AUTH/NAME_IN_USE/
+ * TIMEOUT (metadata service). */
+tent_status tent_engine_create(const tent_engine_options *opts, tent_engine **engine_out);
+
+/* Destroys an engine: transfers in flight fail with TENT_ERR_CLOSED, every
+ * transport is uninstalled, every region unregistered, every segment and
+ * batch handle of the engine becomes invalid, and everything the engine
+ * acquired (sockets, mappings, fds, threads) is released. NULL is a no-op. */
+tent_status tent_engine_destroy(tent_engine *engine);
+
+/* Copies the engine's segment name (what peers pass to tent_segment_open),
+ * NUL-terminated, into buf. If cap is too small, returns
+ * TENT_ERR_BUFFER_TOO_SMALL. *len_out (may be NULL) receives the length
+ * without the NUL in both cases. */
+tent_status tent_engine_name(tent_engine *engine, char *buf, size_t cap, size_t *len_out);
+
+/* ---- Memory registration ---------------------------------------------- */
+
+/* Flags of a registration: what remote peers may do with the memory. */
+#define TENT_REMOTE_READ 0x1u
+#define TENT_REMOTE_WRITE 0x2u
+
+typedef struct tent_region_desc {
+  void *addr;
+  size_t len;
+  const char *location; /* "cpu", "cpu:N", "cuda:N", or NULL to detect */
+} tent_region_desc;
+
+/* Registers [addr, addr+len). The reservation is atomic: a concurrent
+ * overlapping registration fails with TENT_ERR_OVERLAP while this one is in
+ * flight. An exact duplicate of a registered region fails with
+ * TENT_ERR_ALREADY_REGISTERED (callers may treat it as success); an
+ * identical registration still in flight fails with TENT_ERR_BUSY. Does not
+ * take ownership of the memory. On success *region_out is owned by the
+ * caller and released with tent_unregister.
+ * Errors: INVALID_ARGUMENT (NULL addr, zero len, addr+len overflows,
+ * unknown flags, bad location), OVERLAP, ALREADY_REGISTERED, BUSY,
+ * TRANSPORT / INTERNAL (a transport failed; nothing stays registered). */
+tent_status tent_register(tent_engine *engine, void *addr, size_t len, const char *location,
+                          uint32_t flags, tent_region **region_out);
+
+/* Registers n regions, all or none. Entries overlapping each other are
+ * TENT_ERR_INVALID_ARGUMENT. regions_out must have room for n handles; it
+ * is written only on success, each handle released with tent_unregister or
+ * tent_unregister_batch. */
+tent_status tent_register_batch(tent_engine *engine, const tent_region_desc *descs, size_t n,
+                                uint32_t flags, tent_region **regions_out);
+
+/* Unregisters a region and invalidates its handle. Transfers using the
+ * region are waited for, up to the engine's unregister timeout; if they are
+ * still running then, returns TENT_ERR_BUSY and the region stays
+ * registered (and its handle valid). NULL is a no-op. */
+tent_status tent_unregister(tent_engine *engine, tent_region *region);
+
+/* Unregisters n regions, all or none (same waiting rule as tent_unregister).
+ * A handle listed twice is TENT_ERR_INVALID_ARGUMENT; NULL entries are
+ * TENT_ERR_INVALID_HANDLE. */
+tent_status tent_unregister_batch(tent_engine *engine, tent_region *const *regions, size_t n);
+
+typedef struct tent_region_info {
+  uint32_t size;   /* sizeof(tent_region_info), set by the caller */
+  uint32_t flags;  /* TENT_REMOTE_* */
+  uint64_t addr;
+  uint64_t len;
+  char location[32];
+} tent_region_info;
+
+/* Describes a registered region. info->size must be set by the caller. */
+tent_status tent_region_get_info(tent_engine *engine, tent_region *region, tent_region_info *info);
+
+/* Allocates size bytes at location ("cpu", "cpu:N", "cuda:N"), registers
+ * them with flags, and returns the address and region. Host memory is a
+ * memfd mapping that same-host peers can map directly (the shm transport);
+ * GPU memory is an exportable CUDA allocation. Release with tent_free, which
+ * unregisters and frees. Errors: INVALID_ARGUMENT, UNSUPPORTED (no GPU),
+ * NO_MEMORY. */
+tent_status tent_alloc(tent_engine *engine, size_t size, const char *location, uint32_t flags,
+                       void **addr_out, tent_region **region_out);
+
+/* Unregisters and frees memory from tent_alloc (same waiting rule as
+ * tent_unregister). A region from tent_register is TENT_ERR_INVALID_ARGUMENT.
+ * NULL is a no-op. */
+tent_status tent_free(tent_engine *engine, tent_region *region);
+
+/* ---- Transports -------------------------------------------------------- */
+
+#define TENT_TRANSPORT_NONE 0u
+#define TENT_TRANSPORT_LOCAL 1u
+#define TENT_TRANSPORT_SHM 2u
+#define TENT_TRANSPORT_TCP 3u
+#define TENT_TRANSPORT_CUDA 4u
+
+/* "none", "local", "shm", "tcp", "cuda", or "unknown". Static; never fails. */
+const char *tent_transport_name(uint32_t transport);
+
+/* Uninstalls one transport by name, or all of them when name is NULL.
+ * Transfers in flight on it finish or fail with TENT_ERR_CLOSED; then the
+ * transport releases every socket, mapping, fd and thread it holds, and
+ * cached peer mappings are invalidated. Later requests use the remaining
+ * transports. Errors: NOT_FOUND (not installed). */
+tent_status tent_uninstall(tent_engine *engine, const char *transport_name);
+
+/* ---- Statistics (leak checks) ------------------------------------------ */
+
+typedef struct tent_stats {
+  uint32_t size;              /* sizeof(tent_stats), set by the caller */
+  uint32_t reserved0;
+  uint64_t regions;           /* registered regions */
+  uint64_t registered_bytes;
+  uint64_t reservations;      /* registrations in flight */
+  uint64_t handles;           /* live handles created through this engine */
+  uint64_t segments;          /* open segments */
+  uint64_t batches;           /* live batches */
+  uint64_t requests_in_flight;
+  uint64_t allocations;       /* live tent_alloc allocations */
+  uint64_t process_handles;   /* live handles of all engines in the process */
+} tent_stats;
+
+/* Fills *out with the engine's counts. out->size must be set. */
+tent_status tent_engine_stats(tent_engine *engine, tent_stats *out);
+
+/* Writes a JSON object with the engine's counts and each transport's
+ * resource counts (fds, mappings, connections, goroutines, ...) into buf,
+ * NUL-terminated; TENT_ERR_BUFFER_TOO_SMALL if cap is too small.
+ * *len_out (may be NULL) receives the length without the NUL. */
+tent_status tent_engine_stats_json(tent_engine *engine, char *buf, size_t cap, size_t *len_out);
+
+/* Writes the GPU topology (NVML: GPUs, PCI bus ids, NUMA nodes, fabric
+ * state) as JSON, same buffer rules. No GPU is not an error: "gpus": []. */
+tent_status tent_topology_json(char *buf, size_t cap, size_t *len_out);
+
+/* ---- Segments ---------------------------------------------------------- */
+
+/* Opens a peer's segment by name (with p2p metadata, the peer's
+ * "host:port"; the engine's own name opens itself). The descriptor is
+ * cached and refreshed when the peer changes. On success *segment_out is
+ * owned by the caller, released with tent_segment_close.
+ * Errors: NOT_FOUND, TIMEOUT, AUTH, PROTOCOL, VERSION_MISMATCH, TRANSPORT. */
+tent_status tent_segment_open(tent_engine *engine, const char *name, tent_segment **segment_out);
+
+/* Closes a segment handle. Transfers already submitted to it continue.
+ * NULL is a no-op. */
+tent_status tent_segment_close(tent_engine *engine, tent_segment *segment);
+
+/* ---- Transfers --------------------------------------------------------- */
+
+#define TENT_OP_READ 0u  /* remote -> local */
+#define TENT_OP_WRITE 1u /* local -> remote */
+
+typedef struct tent_request {
+  uint32_t opcode;        /* TENT_OP_READ or TENT_OP_WRITE */
+  uint32_t reserved;      /* must be 0 */
+  void *local_addr;       /* inside a region registered with this engine */
+  tent_segment *segment;  /* the peer */
+  uint64_t remote_addr;   /* inside a region the peer registered */
+  uint64_t length;        /* > 0 */
+} tent_request;
+
+typedef struct tent_transfer_options {
+  uint32_t size;          /* sizeof(tent_transfer_options) */
+  uint32_t reserved0;     /* must be 0 */
+  uint64_t timeout_ms;    /* 0 = the engine's default */
+  const void *notify;     /* message delivered to each target segment after
+                             all of the batch's data arrived; NULL = none */
+  size_t notify_len;      /* <= 65536 */
+  const char *transport;  /* hint: "local", "shm", "tcp", "cuda"; NULL = auto */
+} tent_transfer_options;
+
+#define TENT_TRANSFER_OPTIONS_INIT { sizeof(tent_transfer_options), 0, 0, NULL, 0, NULL }
+
+/* Flags in tent_request_status.flags */
+#define TENT_STATUS_RETRIED 0x1u /* the first transport failed; served by another */
+
+typedef struct tent_request_status {
+  tent_status status;     /* TENT_PENDING, TENT_OK or a TENT_ERR_* code */
+  uint32_t transport;     /* TENT_TRANSPORT_* that served (or last tried) it */
+  uint64_t bytes;         /* bytes transferred */
+  uint32_t flags;         /* TENT_STATUS_* */
+  uint32_t reserved;
+} tent_request_status;
+
+/* Submits n requests and returns at once. Bad input (a NULL or misaligned
+ * argument, an unknown opcode, zero length, a local range that is not
+ * registered, an invalid segment handle) fails the call with nothing
+ * submitted. Remote checks (range, permission) and transfer failures are
+ * reported per request. The requests array is copied. On success *batch_out
+ * is owned by the caller, released with tent_batch_destroy. */
+tent_status tent_transfer(tent_engine *engine, const tent_request *requests, size_t n,
+                          const tent_transfer_options *opts, tent_batch **batch_out);
+
+/* Copies the status of the first min(n, batch size) requests into out.
+ * Returns TENT_OK if all requests succeeded, TENT_PENDING if any is still
+ * running, or the code of the first failed request once all have finished.
+ * *completed_out (may be NULL) receives the number of finished requests. */
+tent_status tent_batch_status(tent_batch *batch, tent_request_status *out, size_t n,
+                              size_t *completed_out);
+
+/* Waits until every request finished or timeout_ms passed (negative = the
+ * batch's own deadline). Returns what tent_batch_status returns, or
+ * TENT_ERR_TIMEOUT if requests are still running when the wait ends; the
+ * batch stays valid either way. */
+tent_status tent_batch_wait(tent_batch *batch, int64_t timeout_ms);
+
+/* Releases a batch. If requests are still in flight they are canceled and
+ * waited for (bounded by their deadlines), so the library never touches
+ * local memory after this returns. NULL is a no-op. */
+tent_status tent_batch_destroy(tent_batch *batch);
+
+/* Submits, waits and releases in one call. statuses_out (may be NULL) has
+ * room for n statuses. Returns what tent_batch_wait returns. */
+tent_status tent_transfer_sync(tent_engine *engine, const tent_request *requests, size_t n,
+                               const tent_transfer_options *opts,
+                               tent_request_status *statuses_out);
+
+/* ---- Notifications ----------------------------------------------------- */
+
+/* Sends msg (at most 65536 bytes) to the segment's engine, after every
+ * batch this engine already completed to it. */
+tent_status tent_notify_send(tent_engine *engine, tent_segment *segment, const void *msg,
+                             size_t len);
+
+/* Receives the oldest notification, waiting up to timeout_ms (0 = do not
+ * wait, negative = the engine's default timeout). Copies the message into
+ * buf and the sender's segment name, NUL-terminated, into from (may be NULL
+ * when from_cap is 0). *len_out receives the message length. If buf or
+ * from is too small the message stays queued, *len_out is set, and
+ * TENT_ERR_BUFFER_TOO_SMALL is returned. No message: TENT_ERR_TIMEOUT. */
+tent_status tent_notify_recv(tent_engine *engine, int64_t timeout_ms, void *buf, size_t cap,
+                             size_t *len_out, char *from, size_t from_cap);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* TENT_H */

@@ -1,0 +1,106 @@
+package local
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/status"
+)
+
+func init() {
+	core.RegisterTransport("local", func() core.Transport { return New() })
+}
+
+// Transport copies between engines of one process.
+type Transport struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+
+	copies atomic.Int64
+	bytes  atomic.Int64
+}
+
+// New returns an uninstalled local transport.
+func New() *Transport { return &Transport{} }
+
+func (t *Transport) Name() string                         { return "local" }
+func (t *Transport) Install(*core.Engine) error           { return nil }
+func (t *Transport) RegisterMemory([]*core.Region) error   { return nil }
+func (t *Transport) UnregisterMemory([]*core.Region) error { return nil }
+
+// Eligible: the peer lives in this process and both sides are host memory
+// (GPU memory needs the cuda transport's copy engine).
+func (t *Transport) Eligible(r *core.Request) bool {
+	return r.Peer.Local() != nil && !r.LocalRegion.Loc.IsCUDA() &&
+		!strings.HasPrefix(r.RemoteRegion.Location, "cuda")
+}
+
+func (t *Transport) Submit(reqs []*core.Request) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		for _, r := range reqs {
+			r.Done(0, status.Errorf(status.Closed, "local transport uninstalled"))
+		}
+		return
+	}
+	t.wg.Add(1)
+	t.mu.Unlock()
+	go func() {
+		defer t.wg.Done()
+		for _, r := range reqs {
+			r.Done(t.copy(r))
+		}
+	}()
+}
+
+func (t *Transport) copy(r *core.Request) (uint64, error) {
+	t.mu.Lock()
+	closed := t.closed
+	t.mu.Unlock()
+	if closed {
+		return 0, status.Errorf(status.Closed, "local transport uninstalled")
+	}
+	target := r.Peer.Local()
+	if target == nil {
+		return 0, status.Errorf(status.TransportError, "peer %s is no longer in this process", r.Peer.Name())
+	}
+	access := core.AccessRemoteWrite
+	if r.Op == core.OpRead {
+		access = core.AccessRemoteRead
+	}
+	// The target checks the range and permission itself and holds the
+	// region for the copy, exactly as it would for a remote peer.
+	region, err := target.Acquire(r.Remote, r.Len, access)
+	if err != nil {
+		return 0, err
+	}
+	defer target.Release(region)
+	local := memory.Bytes(r.Local, r.Len)
+	remote := memory.Bytes(r.Remote, r.Len)
+	if r.Op == core.OpRead {
+		copy(local, remote)
+	} else {
+		copy(remote, local)
+	}
+	t.copies.Add(1)
+	t.bytes.Add(int64(r.Len))
+	return r.Len, nil
+}
+
+// Uninstall waits for copies in progress; later requests fail.
+func (t *Transport) Uninstall() error {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.wg.Wait()
+	return nil
+}
+
+func (t *Transport) Stats() map[string]int64 {
+	return map[string]int64{"copies": t.copies.Load(), "bytes": t.bytes.Load()}
+}
