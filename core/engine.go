@@ -93,7 +93,7 @@ type Engine struct {
 	descGen   uint64
 	descCache *wire.SegmentDesc
 
-	linkWG sync.WaitGroup // control-link reader goroutines
+	linkWG    sync.WaitGroup // control-link reader goroutines
 	descBytes []byte
 }
 

@@ -27,8 +27,8 @@ type Transport struct {
 // New returns an uninstalled local transport.
 func New() *Transport { return &Transport{} }
 
-func (t *Transport) Name() string                         { return "local" }
-func (t *Transport) Install(*core.Engine) error           { return nil }
+func (t *Transport) Name() string                          { return "local" }
+func (t *Transport) Install(*core.Engine) error            { return nil }
 func (t *Transport) RegisterMemory([]*core.Region) error   { return nil }
 func (t *Transport) UnregisterMemory([]*core.Region) error { return nil }
 
