@@ -12,63 +12,63 @@ type Result int32
 // The CUresult values tent looks at. Any other value is still reported, by
 // the name the driver gives it.
 const (
-	Success                     Result = 0
-	ErrorInvalidValue           Result = 1
-	ErrorOutOfMemory            Result = 2
-	ErrorNotInitialized         Result = 3
-	ErrorDeinitialized          Result = 4
-	ErrorStubLibrary            Result = 34
-	ErrorDeviceUnavailable      Result = 46
-	ErrorNoDevice               Result = 100
-	ErrorInvalidDevice          Result = 101
-	ErrorDeviceNotLicensed      Result = 102
-	ErrorInvalidContext         Result = 201
-	ErrorAlreadyMapped          Result = 208
-	ErrorNotMapped              Result = 211
-	ErrorOperatingSystem        Result = 304
-	ErrorInvalidHandle          Result = 400
-	ErrorIllegalState           Result = 401
-	ErrorNotFound               Result = 500
-	ErrorNotReady               Result = 600
-	ErrorIllegalAddress         Result = 700
-	ErrorLaunchFailed           Result = 719
-	ErrorNotPermitted           Result = 800
-	ErrorNotSupported           Result = 801
-	ErrorSystemNotReady         Result = 802
-	ErrorSystemDriverMismatch   Result = 803
-	ErrorCompatNotSupportedOnDv Result = 804
-	ErrorTimeout                Result = 909
-	ErrorUnknown                Result = 999
+	Success                   Result = 0
+	ErrorInvalidValue         Result = 1
+	ErrorOutOfMemory          Result = 2
+	ErrorNotInitialized       Result = 3
+	ErrorDeinitialized        Result = 4
+	ErrorStubLibrary          Result = 34
+	ErrorDeviceUnavailable    Result = 46
+	ErrorNoDevice             Result = 100
+	ErrorInvalidDevice        Result = 101
+	ErrorDeviceNotLicensed    Result = 102
+	ErrorInvalidContext       Result = 201
+	ErrorAlreadyMapped        Result = 208
+	ErrorNotMapped            Result = 211
+	ErrorOperatingSystem      Result = 304
+	ErrorInvalidHandle        Result = 400
+	ErrorIllegalState         Result = 401
+	ErrorNotFound             Result = 500
+	ErrorNotReady             Result = 600
+	ErrorIllegalAddress       Result = 700
+	ErrorLaunchFailed         Result = 719
+	ErrorNotPermitted         Result = 800
+	ErrorNotSupported         Result = 801
+	ErrorSystemNotReady       Result = 802
+	ErrorSystemDriverMismatch Result = 803
+	ErrorCompatNotSupported   Result = 804
+	ErrorTimeout              Result = 909
+	ErrorUnknown              Result = 999
 )
 
 var resultNames = map[Result]string{
-	Success:                     "CUDA_SUCCESS",
-	ErrorInvalidValue:           "CUDA_ERROR_INVALID_VALUE",
-	ErrorOutOfMemory:            "CUDA_ERROR_OUT_OF_MEMORY",
-	ErrorNotInitialized:         "CUDA_ERROR_NOT_INITIALIZED",
-	ErrorDeinitialized:          "CUDA_ERROR_DEINITIALIZED",
-	ErrorStubLibrary:            "CUDA_ERROR_STUB_LIBRARY",
-	ErrorDeviceUnavailable:      "CUDA_ERROR_DEVICE_UNAVAILABLE",
-	ErrorNoDevice:               "CUDA_ERROR_NO_DEVICE",
-	ErrorInvalidDevice:          "CUDA_ERROR_INVALID_DEVICE",
-	ErrorDeviceNotLicensed:      "CUDA_ERROR_DEVICE_NOT_LICENSED",
-	ErrorInvalidContext:         "CUDA_ERROR_INVALID_CONTEXT",
-	ErrorAlreadyMapped:          "CUDA_ERROR_ALREADY_MAPPED",
-	ErrorNotMapped:              "CUDA_ERROR_NOT_MAPPED",
-	ErrorOperatingSystem:        "CUDA_ERROR_OPERATING_SYSTEM",
-	ErrorInvalidHandle:          "CUDA_ERROR_INVALID_HANDLE",
-	ErrorIllegalState:           "CUDA_ERROR_ILLEGAL_STATE",
-	ErrorNotFound:               "CUDA_ERROR_NOT_FOUND",
-	ErrorNotReady:               "CUDA_ERROR_NOT_READY",
-	ErrorIllegalAddress:         "CUDA_ERROR_ILLEGAL_ADDRESS",
-	ErrorLaunchFailed:           "CUDA_ERROR_LAUNCH_FAILED",
-	ErrorNotPermitted:           "CUDA_ERROR_NOT_PERMITTED",
-	ErrorNotSupported:           "CUDA_ERROR_NOT_SUPPORTED",
-	ErrorSystemNotReady:         "CUDA_ERROR_SYSTEM_NOT_READY",
-	ErrorSystemDriverMismatch:   "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
-	ErrorCompatNotSupportedOnDv: "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
-	ErrorTimeout:                "CUDA_ERROR_TIMEOUT",
-	ErrorUnknown:                "CUDA_ERROR_UNKNOWN",
+	Success:                   "CUDA_SUCCESS",
+	ErrorInvalidValue:         "CUDA_ERROR_INVALID_VALUE",
+	ErrorOutOfMemory:          "CUDA_ERROR_OUT_OF_MEMORY",
+	ErrorNotInitialized:       "CUDA_ERROR_NOT_INITIALIZED",
+	ErrorDeinitialized:        "CUDA_ERROR_DEINITIALIZED",
+	ErrorStubLibrary:          "CUDA_ERROR_STUB_LIBRARY",
+	ErrorDeviceUnavailable:    "CUDA_ERROR_DEVICE_UNAVAILABLE",
+	ErrorNoDevice:             "CUDA_ERROR_NO_DEVICE",
+	ErrorInvalidDevice:        "CUDA_ERROR_INVALID_DEVICE",
+	ErrorDeviceNotLicensed:    "CUDA_ERROR_DEVICE_NOT_LICENSED",
+	ErrorInvalidContext:       "CUDA_ERROR_INVALID_CONTEXT",
+	ErrorAlreadyMapped:        "CUDA_ERROR_ALREADY_MAPPED",
+	ErrorNotMapped:            "CUDA_ERROR_NOT_MAPPED",
+	ErrorOperatingSystem:      "CUDA_ERROR_OPERATING_SYSTEM",
+	ErrorInvalidHandle:        "CUDA_ERROR_INVALID_HANDLE",
+	ErrorIllegalState:         "CUDA_ERROR_ILLEGAL_STATE",
+	ErrorNotFound:             "CUDA_ERROR_NOT_FOUND",
+	ErrorNotReady:             "CUDA_ERROR_NOT_READY",
+	ErrorIllegalAddress:       "CUDA_ERROR_ILLEGAL_ADDRESS",
+	ErrorLaunchFailed:         "CUDA_ERROR_LAUNCH_FAILED",
+	ErrorNotPermitted:         "CUDA_ERROR_NOT_PERMITTED",
+	ErrorNotSupported:         "CUDA_ERROR_NOT_SUPPORTED",
+	ErrorSystemNotReady:       "CUDA_ERROR_SYSTEM_NOT_READY",
+	ErrorSystemDriverMismatch: "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH",
+	ErrorCompatNotSupported:   "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE",
+	ErrorTimeout:              "CUDA_ERROR_TIMEOUT",
+	ErrorUnknown:              "CUDA_ERROR_UNKNOWN",
 }
 
 // String returns the CUDA name of r from tent's own table (the driver may
@@ -92,7 +92,7 @@ func (r Result) Code() status.Code {
 	case ErrorDeinitialized:
 		return status.Closed
 	case ErrorNoDevice, ErrorStubLibrary, ErrorNotSupported, ErrorSystemNotReady,
-		ErrorSystemDriverMismatch, ErrorCompatNotSupportedOnDv, ErrorDeviceNotLicensed:
+		ErrorSystemDriverMismatch, ErrorCompatNotSupported, ErrorDeviceNotLicensed:
 		return status.Unsupported
 	case ErrorNotPermitted:
 		return status.PermissionDenied
