@@ -1,0 +1,95 @@
+package core_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/status"
+)
+
+func TestMain(m *testing.M) {
+	peertest.Main()
+	os.Exit(m.Run())
+}
+
+// A peer in another process: its descriptor comes over the control link,
+// changes are pushed, notifications flow, and its death is noticed.
+func TestP2PSegmentAcrossProcesses(t *testing.T) {
+	peer := peertest.Start(t, peertest.Config{
+		Transports: []string{"local"},
+		Buffers:    []peertest.Buffer{{Size: 4096, Perm: core.PermRemoteRead}, {Size: 8192, Perm: core.PermRemoteWrite}},
+	})
+	a := newLocalEngine(t, core.Options{DefaultTimeout: 2 * time.Second})
+	seg, err := a.OpenSegment(peer.Name)
+	require.NoError(t, err)
+	d := seg.Peer().Desc()
+	require.Equal(t, peer.Name, d.Name)
+	require.EqualValues(t, peer.PID, d.PID)
+	require.Len(t, d.Regions, 2)
+	require.Nil(t, seg.Peer().Local(), "another process is not local")
+
+	require.NoError(t, a.SendNotification(seg, []byte("hello peer")))
+	got, err := peer.Cmd("recv")
+	require.NoError(t, err)
+	require.Equal(t, a.Name()+" hello peer", got)
+
+	// The peer unregisters; the pushed change makes the next resolve see it.
+	epoch := seg.Peer().Epoch()
+	_, err = peer.Cmd("unregister 0")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s2, err := a.OpenSegment(peer.Name)
+		if err != nil {
+			return false
+		}
+		defer a.CloseSegment(s2)
+		return len(s2.Peer().Desc().Regions) == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	require.Greater(t, seg.Peer().Epoch(), epoch)
+
+	// No transport can reach it from here (only "local" is installed):
+	// a clear per-request error, not a hang.
+	buf0, _ := buf(t, a, 64, 0)
+	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: addrOf(buf0), Segment: seg,
+		Remote: peer.Buffers[1].Addr, Len: 8}}, core.TransferOptions{})
+	require.NoError(t, err)
+	code, _ := wait(t, batch)
+	require.Equal(t, status.Unsupported, code)
+
+	peer.Kill()
+	start := time.Now()
+	_, err = a.OpenSegment("127.0.0.1:1")
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 3*time.Second)
+	err = a.SendNotification(seg, []byte("anyone?"))
+	require.Error(t, err)
+	require.Contains(t, []status.Code{status.TransportError, status.Timeout}, status.CodeOf(err), err.Error())
+}
+
+func TestAuthentication(t *testing.T) {
+	peer := peertest.Start(t, peertest.Config{Transports: []string{"local"}, Secret: "s3cret",
+		Buffers: []peertest.Buffer{{Size: 64, Perm: core.PermRemoteRead}}})
+	wrong := newLocalEngine(t, core.Options{Secret: []byte("guess"), DefaultTimeout: 2 * time.Second})
+	_, err := wrong.OpenSegment(peer.Name)
+	require.ErrorIs(t, err, status.ErrAuthFailed)
+	none := newLocalEngine(t, core.Options{DefaultTimeout: 2 * time.Second})
+	_, err = none.OpenSegment(peer.Name)
+	require.ErrorIs(t, err, status.ErrAuthFailed)
+	right := newLocalEngine(t, core.Options{Secret: []byte("s3cret")})
+	seg, err := right.OpenSegment(peer.Name)
+	require.NoError(t, err)
+	require.Len(t, seg.Peer().Desc().Regions, 1)
+}
+
+func TestListenerIsLoopbackByDefault(t *testing.T) {
+	e := newLocalEngine(t, core.Options{})
+	require.True(t, strings.HasPrefix(e.ListenAddr(), "127.0.0.1:"), e.ListenAddr())
+}
+
+func addrOf(b []byte) uint64 { return uint64(uintptrOf(b)) }

@@ -1,0 +1,284 @@
+package peertest
+
+import (
+	"bufio"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+)
+
+const envConfig = "TENT_PEERTEST_CONFIG"
+
+// Config describes the peer engine and its buffers.
+type Config struct {
+	Transports []string
+	Secret     string
+	ListenAddr string
+	Name       string
+	Metadata   string
+	// Buffers to register, each filled with Pattern(seed=i).
+	Buffers []Buffer
+	// Env is added to the child's environment.
+	Env []string `json:"-"`
+}
+
+// Buffer is one buffer of the peer.
+type Buffer struct {
+	Size  uint64
+	Perm  core.Perm
+	Alloc bool // allocate with the engine (memfd) instead of the Go heap
+}
+
+// Hello is what the peer reports once it is ready.
+type Hello struct {
+	Name    string
+	PID     int
+	Buffers []Region
+}
+
+// Region is one registered buffer of the peer.
+type Region struct {
+	Addr uint64
+	Len  uint64
+}
+
+// Peer is a running peer process.
+type Peer struct {
+	Hello
+	cmd   *exec.Cmd
+	in    io.WriteCloser
+	out   *bufio.Reader
+	mu    sync.Mutex
+	waitc chan error
+	once  sync.Once
+	exit  error
+}
+
+// Main must be called first in TestMain: in the peer process it runs the
+// peer and exits; in the test process it returns.
+func Main() {
+	cfg := os.Getenv(envConfig)
+	if cfg == "" {
+		return
+	}
+	os.Exit(runPeer(cfg))
+}
+
+// Start launches a peer and waits until it is ready. The peer is killed
+// when the test ends.
+func Start(t testing.TB, cfg Config) *Peer {
+	t.Helper()
+	raw, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), envConfig+"="+string(raw)), cfg.Env...)
+	cmd.Stderr = os.Stderr
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	p := &Peer{cmd: cmd, in: in, out: bufio.NewReader(outPipe), waitc: make(chan error, 1)}
+	go func() { p.waitc <- cmd.Wait() }()
+	t.Cleanup(p.Kill)
+	line, err := p.readLine(30 * time.Second)
+	if err != nil {
+		t.Fatalf("peer did not start: %v", err)
+	}
+	if err := json.Unmarshal([]byte(line), &p.Hello); err != nil {
+		t.Fatalf("peer hello %q: %v", line, err)
+	}
+	return p
+}
+
+func (p *Peer) readLine(timeout time.Duration) (string, error) {
+	type res struct {
+		s   string
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		s, err := p.out.ReadString('\n')
+		ch <- res{strings.TrimSpace(s), err}
+	}()
+	select {
+	case r := <-ch:
+		return r.s, r.err
+	case <-time.After(timeout):
+		return "", fmt.Errorf("no answer from peer within %v", timeout)
+	}
+}
+
+// Cmd sends one command line and returns the peer's one-line answer.
+// Commands: "sum I" (sha256 of buffer I), "fill I SEED", "unregister I",
+// "register I", "recv" (next notification).
+func (p *Peer) Cmd(format string, args ...any) (string, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, err := fmt.Fprintf(p.in, format+"\n", args...); err != nil {
+		return "", err
+	}
+	line, err := p.readLine(30 * time.Second)
+	if err != nil {
+		return "", err
+	}
+	if strings.HasPrefix(line, "error ") {
+		return "", fmt.Errorf("peer: %s", line[6:])
+	}
+	return line, nil
+}
+
+// Kill ends the peer with SIGKILL (no clean shutdown) and reaps it.
+func (p *Peer) Kill() {
+	_ = p.cmd.Process.Kill()
+	p.reap(10 * time.Second)
+}
+
+// reap waits for the process once; later calls return the same result.
+func (p *Peer) reap(timeout time.Duration) error {
+	p.once.Do(func() {
+		select {
+		case p.exit = <-p.waitc:
+		case <-time.After(timeout):
+			p.exit = fmt.Errorf("peer did not exit within %v", timeout)
+		}
+	})
+	return p.exit
+}
+
+// Stop asks the peer to destroy its engine and exit, and waits.
+func (p *Peer) Stop() error {
+	p.in.Close()
+	err := p.reap(30 * time.Second)
+	if err != nil {
+		_ = p.cmd.Process.Kill()
+	}
+	return err
+}
+
+// Pattern returns the deterministic content of buffer i of a peer.
+func Pattern(seed int64, n uint64) []byte {
+	b := make([]byte, n)
+	rand.New(rand.NewSource(seed)).Read(b)
+	return b
+}
+
+// Sum returns the hex sha256 of b, as "sum" reports it.
+func Sum(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func runPeer(raw string) int {
+	var cfg Config
+	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "peertest:", err)
+		return 2
+	}
+	opts := core.Options{Transports: cfg.Transports, ListenAddr: cfg.ListenAddr, Name: cfg.Name, Metadata: cfg.Metadata}
+	if cfg.Secret != "" {
+		opts.Secret = []byte(cfg.Secret)
+	}
+	e, err := core.New(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peertest: engine:", err)
+		return 2
+	}
+	hello := Hello{Name: e.Name(), PID: os.Getpid()}
+	regions := make([]*core.Region, len(cfg.Buffers))
+	mems := make([][]byte, len(cfg.Buffers))
+	for i, b := range cfg.Buffers {
+		var r *core.Region
+		if b.Alloc {
+			r, err = e.Alloc(b.Size, "cpu", b.Perm)
+			if err == nil {
+				mems[i] = memory.Bytes(r.Addr, b.Size)
+			}
+		} else {
+			mems[i] = make([]byte, b.Size)
+			r, err = e.Register(core.RegionDesc{Addr: memory.Addr(mems[i]), Len: b.Size}, b.Perm)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "peertest: buffer:", err)
+			return 2
+		}
+		copy(mems[i], Pattern(int64(i), b.Size))
+		regions[i] = r
+		hello.Buffers = append(hello.Buffers, Region{Addr: memory.Addr(mems[i]), Len: b.Size})
+	}
+	out, _ := json.Marshal(hello)
+	fmt.Println(string(out))
+
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		f := strings.Fields(in.Text())
+		if len(f) == 0 {
+			continue
+		}
+		idx := -1
+		if len(f) > 1 {
+			idx, _ = strconv.Atoi(f[1])
+		}
+		if f[0] != "recv" && (idx < 0 || idx >= len(mems)) {
+			fmt.Println("error bad buffer index")
+			continue
+		}
+		switch f[0] {
+		case "sum":
+			fmt.Println(Sum(mems[idx]))
+		case "fill":
+			seed, _ := strconv.ParseInt(f[2], 10, 64)
+			copy(mems[idx], Pattern(seed, uint64(len(mems[idx]))))
+			fmt.Println("ok")
+		case "unregister":
+			if err := e.Unregister(regions[idx]); err != nil {
+				fmt.Println("error", err)
+			} else {
+				fmt.Println("ok")
+			}
+		case "register":
+			r, err := e.Register(core.RegionDesc{Addr: memory.Addr(mems[idx]), Len: uint64(len(mems[idx]))}, cfg.Buffers[idx].Perm)
+			if err != nil {
+				fmt.Println("error", err)
+			} else {
+				regions[idx] = r
+				fmt.Println("ok")
+			}
+		case "recv":
+			n, err := e.RecvNotification(10*time.Second, func(core.Notification) bool { return true })
+			if err != nil {
+				fmt.Println("error", err)
+			} else {
+				fmt.Printf("%s %s\n", n.From, n.Msg)
+			}
+		default:
+			fmt.Println("error unknown command")
+		}
+	}
+	if err := e.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, "peertest: close:", err)
+		return 1
+	}
+	return 0
+}
