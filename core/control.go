@@ -169,8 +169,10 @@ func (e *Engine) dialLink(addr string, deadline time.Time, onPush func(uint64, u
 		return nil, err
 	}
 	l := &link{conn: c, onPush: onPush, pending: map[uint64]chan ctlReply{}, done: make(chan struct{})}
-	e.trackLink(l)
-	e.linkWG.Add(1)
+	if !e.trackLink(l) {
+		c.Close()
+		return nil, status.Errorf(status.Closed, "engine is closed")
+	}
 	go l.readLoop(e)
 	return l, nil
 }
@@ -275,10 +277,17 @@ func (l *link) call(typ uint8, body func(*wire.Encoder), want uint8, deadline ti
 
 func (l *link) close() { l.fail(status.Errorf(status.Closed, "engine closed")) }
 
-func (e *Engine) trackLink(l *link) {
+// trackLink records a new link, unless the engine is closing; the
+// WaitGroup is counted under the lock so Close never races its Wait.
+func (e *Engine) trackLink(l *link) bool {
 	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed {
+		return false
+	}
 	e.links[l] = struct{}{}
-	e.mu.Unlock()
+	e.linkWG.Add(1)
+	return true
 }
 
 func (e *Engine) untrackLink(l *link) {
