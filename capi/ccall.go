@@ -1,0 +1,442 @@
+package main
+
+// Calls into the public C functions, for the Go tests (cgo cannot be used
+// in _test.go files). They go through shim.c exactly as a C caller does,
+// taking and returning handles as integer ids. Nothing in the library calls
+// the Go side, so the linker drops it; the small C glue stays, local to
+// libtent.so (exports.map).
+
+/*
+#include <stdlib.h>
+#include <string.h>
+#include "shim.h"
+
+static tent_status ccall_engine_create(const tent_engine_options *o, int null_out, uint64_t *id) {
+  tent_engine *e = NULL;
+  tent_status st = tent_engine_create(o, null_out ? NULL : &e);
+  if (st == TENT_OK) *id = (uint64_t)(uintptr_t)e;
+  return st;
+}
+
+static tent_status ccall_engine_destroy(uint64_t e) {
+  return tent_engine_destroy((tent_engine *)(uintptr_t)e);
+}
+
+static tent_status ccall_register(uint64_t e, uintptr_t addr, size_t len, const char *loc,
+                                  uint32_t flags, uint64_t *id) {
+  tent_region *r = NULL;
+  tent_status st = tent_register((tent_engine *)(uintptr_t)e, (void *)addr, len, loc, flags,
+                                 id ? &r : NULL);
+  if (st == TENT_OK && id) *id = (uint64_t)(uintptr_t)r;
+  return st;
+}
+
+static tent_status ccall_register_batch(uint64_t e, const uintptr_t *addrs, const size_t *lens,
+                                        size_t n, uint32_t flags, uint64_t *ids) {
+  tent_region_desc *d = calloc(n ? n : 1, sizeof *d);
+  tent_region **r = calloc(n ? n : 1, sizeof *r);
+  for (size_t i = 0; i < n; i++) {
+    d[i].addr = (void *)addrs[i];
+    d[i].len = lens[i];
+  }
+  tent_status st = tent_register_batch((tent_engine *)(uintptr_t)e, d, n, flags, r);
+  if (st == TENT_OK) {
+    for (size_t i = 0; i < n; i++) ids[i] = (uint64_t)(uintptr_t)r[i];
+  }
+  free(d);
+  free(r);
+  return st;
+}
+
+static tent_status ccall_unregister(uint64_t e, uint64_t r) {
+  return tent_unregister((tent_engine *)(uintptr_t)e, (tent_region *)(uintptr_t)r);
+}
+
+static tent_status ccall_unregister_batch(uint64_t e, const uint64_t *ids, size_t n) {
+  tent_region **r = calloc(n ? n : 1, sizeof *r);
+  for (size_t i = 0; i < n; i++) r[i] = (tent_region *)(uintptr_t)ids[i];
+  tent_status st = tent_unregister_batch((tent_engine *)(uintptr_t)e, r, n);
+  free(r);
+  return st;
+}
+
+static tent_status ccall_region_info(uint64_t e, uint64_t r, tent_region_info *info) {
+  return tent_region_get_info((tent_engine *)(uintptr_t)e, (tent_region *)(uintptr_t)r, info);
+}
+
+static tent_status ccall_stats(uint64_t e, tent_stats *s) {
+  return tent_engine_stats((tent_engine *)(uintptr_t)e, s);
+}
+
+static tent_status ccall_stats_json(uint64_t e, char *buf, size_t cap, size_t *n) {
+  return tent_engine_stats_json((tent_engine *)(uintptr_t)e, buf, cap, n);
+}
+
+static tent_status ccall_engine_name(uint64_t e, char *buf, size_t cap, size_t *n) {
+  return tent_engine_name((tent_engine *)(uintptr_t)e, buf, cap, n);
+}
+
+static tent_status ccall_register_rawloc(uint64_t e, uintptr_t addr, size_t len, uintptr_t loc,
+                                         uint64_t *id) {
+  tent_region *r = NULL;
+  tent_status st = tent_register((tent_engine *)(uintptr_t)e, (void *)addr, len,
+                                 (const char *)loc, 3, &r);
+  if (st == TENT_OK) *id = (uint64_t)(uintptr_t)r;
+  return st;
+}
+
+static tent_status ccall_register_batch_raw(uint64_t e, uintptr_t descs, size_t n, int null_out) {
+  tent_region *r[64];
+  if (n > 64 && !null_out) return TENT_ERR_INTERNAL; // test misuse
+  return tent_register_batch((tent_engine *)(uintptr_t)e, (const tent_region_desc *)descs, n, 3,
+                             null_out ? NULL : r);
+}
+
+static tent_status ccall_unregister_batch_raw(uint64_t e, uintptr_t regions, size_t n) {
+  return tent_unregister_batch((tent_engine *)(uintptr_t)e, (tent_region *const *)regions, n);
+}
+
+static tent_status ccall_uninstall(uint64_t e, const char *name) {
+  return tent_uninstall((tent_engine *)(uintptr_t)e, name);
+}
+*/
+import "C"
+
+import (
+	"runtime"
+	"unsafe"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/status"
+)
+
+// result is a status and the last-error message read on the same thread
+// right after the call.
+type result struct {
+	Code status.Code
+	Msg  string
+}
+
+// call runs f on one locked OS thread and reads tent_last_error there: the
+// message is thread-local, and a goroutine may change threads between two
+// cgo calls.
+func call(f func() C.tent_status) result {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	st := f()
+	return result{status.Code(st), C.GoString(C.tent_last_error())}
+}
+
+// cOptions mirrors tent_engine_options with Go values; nil strings are
+// NULL. Size 0 means sizeof(tent_engine_options).
+type cOptions struct {
+	Size                               uint32
+	Reserved0, Reserved1               uint32
+	Name, ListenAddr, Metadata, Prefix *string
+	Transports                         *string
+	Secret                             []byte
+	SecretLen                          *uint64 // overrides len(Secret)
+	NullSecret                         bool    // secret = NULL even with SecretLen
+	TimeoutMs, UnregisterTimeoutMs     uint64
+	TCPStreams                         uint32
+}
+
+func strp(s string) *string { return &s }
+
+// build makes the C struct, in C memory with 64 spare zero bytes after it
+// (for the size tests); free releases it and its strings.
+func (o *cOptions) build() (p *C.tent_engine_options, free func()) {
+	p = (*C.tent_engine_options)(C.calloc(1, C.sizeof_tent_engine_options+64))
+	frees := []unsafe.Pointer{unsafe.Pointer(p)}
+	free = func() {
+		for _, f := range frees {
+			C.free(f)
+		}
+	}
+	p.size = C.sizeof_tent_engine_options
+	if o.Size != 0 {
+		p.size = C.uint32_t(o.Size)
+	}
+	p.reserved0, p.reserved1 = C.uint32_t(o.Reserved0), C.uint32_t(o.Reserved1)
+	cstr := func(s *string) *C.char {
+		if s == nil {
+			return nil
+		}
+		c := C.CString(*s)
+		frees = append(frees, unsafe.Pointer(c))
+		return c
+	}
+	p.name, p.listen_addr, p.metadata = cstr(o.Name), cstr(o.ListenAddr), cstr(o.Metadata)
+	p.metadata_prefix, p.transports = cstr(o.Prefix), cstr(o.Transports)
+	if len(o.Secret) > 0 && !o.NullSecret {
+		c := C.CBytes(o.Secret)
+		frees = append(frees, c)
+		p.secret = c
+	}
+	p.secret_len = C.size_t(len(o.Secret))
+	if o.SecretLen != nil {
+		p.secret_len = C.size_t(*o.SecretLen)
+	}
+	p.timeout_ms, p.unregister_timeout_ms = C.uint64_t(o.TimeoutMs), C.uint64_t(o.UnregisterTimeoutMs)
+	p.tcp_streams = C.uint32_t(o.TCPStreams)
+	return p, free
+}
+
+// mapOptions runs the Go mapping of o alone (no engine is created).
+func mapOptions(o *cOptions) (core.Options, error) {
+	if o == nil {
+		return engineOptions(nil)
+	}
+	p, free := o.build()
+	defer free()
+	return engineOptions(p)
+}
+
+// cEngineCreate calls tent_engine_create; o == nil passes NULL options.
+func cEngineCreate(o *cOptions) (uint64, result) {
+	return cEngineCreateOut(o, false)
+}
+
+// cEngineCreateOut can pass a NULL engine_out.
+func cEngineCreateOut(o *cOptions, nullOut bool) (uint64, result) {
+	var id C.uint64_t
+	null := C.int(0)
+	if nullOut {
+		null = 1
+	}
+	var p *C.tent_engine_options
+	if o != nil {
+		var free func()
+		p, free = o.build()
+		defer free()
+	}
+	r := call(func() C.tent_status { return C.ccall_engine_create(p, null, &id) })
+	return uint64(id), r
+}
+
+// cEngineCreateWithTail creates (and destroys) an engine from options of
+// size bytes, zero but for byte off set to b (off < 0: none), to model a
+// newer caller's larger struct.
+func cEngineCreateWithTail(size uint32, off int, b byte) result {
+	p := (*C.tent_engine_options)(C.calloc(1, C.size_t(size)+C.sizeof_tent_engine_options))
+	defer C.free(unsafe.Pointer(p))
+	p.size = C.uint32_t(size)
+	if off >= 0 {
+		*(*byte)(unsafe.Add(unsafe.Pointer(p), off)) = b
+	}
+	var id C.uint64_t
+	r := call(func() C.tent_status { return C.ccall_engine_create(p, 0, &id) })
+	if r.Code == status.OK {
+		C.ccall_engine_destroy(id)
+	}
+	return r
+}
+
+func cEngineDestroy(e uint64) result {
+	return call(func() C.tent_status { return C.ccall_engine_destroy(C.uint64_t(e)) })
+}
+
+// cMalloc returns n bytes of C memory.
+func cMalloc(n int) (uintptr, func()) {
+	p := C.malloc(C.size_t(n))
+	return uintptr(p), func() { C.free(p) }
+}
+
+// cRegister calls tent_register; loc nil is NULL; out false passes a NULL
+// region_out.
+func cRegister(e uint64, addr uintptr, n uint64, loc *string, flags uint32, out bool) (uint64, result) {
+	var cl *C.char
+	if loc != nil {
+		cl = C.CString(*loc)
+		defer C.free(unsafe.Pointer(cl))
+	}
+	var id C.uint64_t
+	pid := &id
+	if !out {
+		pid = nil
+	}
+	r := call(func() C.tent_status {
+		return C.ccall_register(C.uint64_t(e), C.uintptr_t(addr), C.size_t(n), cl, C.uint32_t(flags), pid)
+	})
+	return uint64(id), r
+}
+
+// cRegisterRawLoc passes loc as the location pointer, unchecked.
+func cRegisterRawLoc(e uint64, addr uintptr, n uint64, loc uintptr) result {
+	var id C.uint64_t
+	return call(func() C.tent_status {
+		return C.ccall_register_rawloc(C.uint64_t(e), C.uintptr_t(addr), C.size_t(n), C.uintptr_t(loc), &id)
+	})
+}
+
+// cRegisterBatchRaw passes descs as the descriptor array pointer, unchecked.
+func cRegisterBatchRaw(e uint64, descs uintptr, n uint64, nullOut bool) result {
+	null := C.int(0)
+	if nullOut {
+		null = 1
+	}
+	return call(func() C.tent_status {
+		return C.ccall_register_batch_raw(C.uint64_t(e), C.uintptr_t(descs), C.size_t(n), null)
+	})
+}
+
+// cUnregisterBatchRaw passes regions as the handle array pointer, unchecked.
+func cUnregisterBatchRaw(e uint64, regions uintptr, n uint64) result {
+	return call(func() C.tent_status {
+		return C.ccall_unregister_batch_raw(C.uint64_t(e), C.uintptr_t(regions), C.size_t(n))
+	})
+}
+
+func cRegisterBatch(e uint64, addrs []uintptr, lens []uint64, flags uint32) ([]uint64, result) {
+	n := len(addrs)
+	ca := (*C.uintptr_t)(C.calloc(C.size_t(n+1), 8))
+	cl := (*C.size_t)(C.calloc(C.size_t(n+1), 8))
+	ci := (*C.uint64_t)(C.calloc(C.size_t(n+1), 8))
+	defer C.free(unsafe.Pointer(ca))
+	defer C.free(unsafe.Pointer(cl))
+	defer C.free(unsafe.Pointer(ci))
+	as, ls, is := unsafe.Slice(ca, n+1), unsafe.Slice(cl, n+1), unsafe.Slice(ci, n+1)
+	for i := range addrs {
+		as[i], ls[i] = C.uintptr_t(addrs[i]), C.size_t(lens[i])
+	}
+	r := call(func() C.tent_status {
+		return C.ccall_register_batch(C.uint64_t(e), ca, cl, C.size_t(n), C.uint32_t(flags), ci)
+	})
+	ids := make([]uint64, n)
+	for i := range ids {
+		ids[i] = uint64(is[i])
+	}
+	return ids, r
+}
+
+func cUnregister(e, reg uint64) result {
+	return call(func() C.tent_status { return C.ccall_unregister(C.uint64_t(e), C.uint64_t(reg)) })
+}
+
+func cUnregisterBatch(e uint64, ids []uint64) result {
+	ci := (*C.uint64_t)(C.calloc(C.size_t(len(ids)+1), 8))
+	defer C.free(unsafe.Pointer(ci))
+	s := unsafe.Slice(ci, len(ids)+1)
+	for i, id := range ids {
+		s[i] = C.uint64_t(id)
+	}
+	return call(func() C.tent_status { return C.ccall_unregister_batch(C.uint64_t(e), ci, C.size_t(len(ids))) })
+}
+
+// regionInfo is tent_region_info in Go.
+type regionInfo struct {
+	Size      uint32
+	Flags     uint32
+	Addr, Len uint64
+	Location  string
+}
+
+// cRegionInfo calls tent_region_get_info with info.size = size (0 means
+// sizeof).
+func cRegionInfo(e, reg uint64, size uint32) (regionInfo, result) {
+	var info C.tent_region_info
+	info.size = C.sizeof_tent_region_info
+	if size != 0 {
+		info.size = C.uint32_t(size)
+	}
+	info.flags = 0xdead
+	r := call(func() C.tent_status { return C.ccall_region_info(C.uint64_t(e), C.uint64_t(reg), &info) })
+	return regionInfo{
+		Size:     uint32(info.size),
+		Flags:    uint32(info.flags),
+		Addr:     uint64(info.addr),
+		Len:      uint64(info.len),
+		Location: C.GoString(&info.location[0]),
+	}, r
+}
+
+// cStats calls tent_engine_stats with out.size = size (0 means sizeof).
+func cStats(e uint64, size uint32) (engineStats, result) {
+	var s C.tent_stats
+	s.size = C.sizeof_tent_stats
+	if size != 0 {
+		s.size = C.uint32_t(size)
+	}
+	s.regions = 777
+	r := call(func() C.tent_status { return C.ccall_stats(C.uint64_t(e), &s) })
+	return engineStats{
+		Regions:          uint64(s.regions),
+		RegisteredBytes:  uint64(s.registered_bytes),
+		Reservations:     uint64(s.reservations),
+		Handles:          uint64(s.handles),
+		Segments:         uint64(s.segments),
+		Batches:          uint64(s.batches),
+		RequestsInFlight: uint64(s.requests_in_flight),
+		Allocations:      uint64(s.allocations),
+		ProcessHandles:   uint64(s.process_handles),
+	}, r
+}
+
+// cString calls a function with tent_engine_name's buffer rules with a
+// buffer of capacity bytes; capacity < 0 passes a NULL buffer with cap
+// -capacity. n is *len_out (12345 if untouched).
+func cString(fn func(buf *C.char, capacity C.size_t, n *C.size_t) C.tent_status, capacity int) (string, uint64, result) {
+	var buf *C.char
+	c := capacity
+	if capacity > 0 {
+		buf = (*C.char)(C.malloc(C.size_t(capacity)))
+		defer C.free(unsafe.Pointer(buf))
+	} else {
+		c = -capacity
+	}
+	n := C.size_t(12345)
+	r := call(func() C.tent_status { return fn(buf, C.size_t(c), &n) })
+	if r.Code != status.OK {
+		return "", uint64(n), r
+	}
+	return C.GoString(buf), uint64(n), r
+}
+
+func cStatsJSON(e uint64, capacity int) (string, uint64, result) {
+	return cString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
+		return C.ccall_stats_json(C.uint64_t(e), b, c, n)
+	}, capacity)
+}
+
+func cEngineName(e uint64, capacity int) (string, uint64, result) {
+	return cString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
+		return C.ccall_engine_name(C.uint64_t(e), b, c, n)
+	}, capacity)
+}
+
+func cTopologyJSON(capacity int) (string, uint64, result) {
+	return cString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
+		return C.tent_topology_json(b, c, n)
+	}, capacity)
+}
+
+func cUninstall(e uint64, name *string) result {
+	var cn *C.char
+	if name != nil {
+		cn = C.CString(*name)
+		defer C.free(unsafe.Pointer(cn))
+	}
+	return call(func() C.tent_status { return C.ccall_uninstall(C.uint64_t(e), cn) })
+}
+
+func cStatusStr(c status.Code) string { return C.GoString(C.tent_status_str(C.tent_status(c))) }
+
+func cTransportName(t uint32) string { return C.GoString(C.tent_transport_name(C.uint32_t(t))) }
+
+func cVersion() (uint32, uint32, string) {
+	return uint32(C.tent_version()), uint32(C.tent_abi_version()), C.GoString(C.tent_version_string())
+}
+
+// cSetErrorAndRead sets the last error through the Go path and reads it
+// back on the same thread.
+func cSetErrorAndRead(msg string) string {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	setLastError(msg)
+	return C.GoString(C.tent_last_error())
+}
+
+const sizeofOptions = C.sizeof_tent_engine_options
+
+// C_uint64 converts an id for the Go functions that take C.uint64_t.
+func C_uint64(id uint64) C.uint64_t { return C.uint64_t(id) }

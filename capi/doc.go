@@ -1,0 +1,57 @@
+// Command capi is libtent.so: the C ABI of include/tent.h over package core.
+// Build it with
+//
+//	go build -buildmode=c-shared \
+//	  -ldflags=-extldflags=-Wl,--version-script=capi/exports.map \
+//	  -o build/libtent.so ./capi
+//
+// (the Makefile does), so that only the tent_* functions are exported.
+//
+// # Layers
+//
+//   - shim.c defines every public function with the header's exact
+//     signature. It clears the thread's last error, fails fast with
+//     TENT_ERR_FORKED in a forked child (pthread_atfork; the Go runtime
+//     does not survive fork, so the child never enters Go), converts handle
+//     pointers to integer ids, and calls the Go export. Handle out-params
+//     are written there, on success only. Functions that never fail
+//     (versions, status texts, transport names, tent_last_error) are plain
+//     C and leave the last error alone.
+//   - The //export tentgo_* functions (engine.go, register.go, ...) take
+//     and return ids, never pointers, so Go never forms a fake pointer.
+//     Each starts with
+//
+//	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+//	hook("name")
+//
+//     so a panic becomes TENT_ERR_INTERNAL with the stack in the message,
+//     and a fault on a bad caller pointer becomes TENT_ERR_INVALID_ARGUMENT,
+//     instead of killing the host process. They report failures through
+//     fail(err), which stores err's message in the caller's thread-local
+//     last error and returns status.CodeOf(err).
+//   - util.go holds the shared helpers: the process-wide handle table,
+//     lookupEngine/lookupRegion, engine.addChild (children of an engine
+//     die with it), cArray (C arrays with NULL and size checks),
+//     checkStructSize (versioned structs), copyOut (string results with
+//     TENT_ERR_BUFFER_TOO_SMALL and the needed length).
+//
+// Data out-params (strings, tent_stats, tent_region_info) are written by Go
+// as the last step of a successful call. Arrays of handles are read by Go
+// as integers and written by tentshim_store_regions in C.
+//
+// # Adding a function
+//
+// Write tentgo_<name> in a Go file of this package (its cgo preamble is
+// just #include "shim.h"), following tentgo_register; add the wrapper to
+// shim.c following tent_register; add the name to tests/c/symbols.h. New
+// handle kinds get a parent (their engine) so tent_engine_destroy frees
+// them.
+//
+// # Tests
+//
+// cgo is not allowed in _test.go files, so ccall.go (a normal file, dead
+// code in the library) wraps the public C functions for the Go tests, which
+// therefore exercise the same path as C callers. testHook lets a test make
+// any export panic; nothing reachable from C sets it. The C tests in
+// tests/c call libtent.so itself.
+package main

@@ -1,0 +1,284 @@
+package main
+
+/*
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"encoding/json"
+	"math"
+	"runtime/debug"
+	"strings"
+	"time"
+	"unsafe"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/handles"
+	"github.com/tent-dev/tent/status"
+)
+
+// Bounds on options that would otherwise be accepted and misbehave later.
+const (
+	maxSecretLen  = 4096
+	maxTCPStreams = 1024
+)
+
+//export tentgo_engine_create
+func tentgo_engine_create(opts *C.tent_engine_options, out *C.uint64_t) (st C.tent_status) {
+	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	hook("engine_create")
+	if out == nil {
+		return fail(status.Errorf(status.InvalidArgument, "engine_out is NULL"))
+	}
+	o, err := engineOptions(opts)
+	if err != nil {
+		return fail(err)
+	}
+	ce, err := core.New(o)
+	if err != nil {
+		return fail(err)
+	}
+	e := &engine{core: ce, name: o.Name}
+	id := table.Add(handles.Engine, 0, e)
+	e.id.Store(id)
+	*out = C.uint64_t(id)
+	return ok()
+}
+
+// engineOptions maps tent_engine_options to core.Options. NULL means
+// defaults. Strings and the secret are copied.
+func engineOptions(p *C.tent_engine_options) (core.Options, error) {
+	var o core.Options
+	if p == nil {
+		return o, nil
+	}
+	if err := checkStructSize(unsafe.Pointer(p), p.size, C.sizeof_tent_engine_options, "tent_engine_options", true); err != nil {
+		return o, err
+	}
+	if p.reserved0 != 0 || p.reserved1 != 0 {
+		return o, status.Errorf(status.InvalidArgument,
+			"tent_engine_options: reserved0 and reserved1 must be 0 (got %d, %d)", uint32(p.reserved0), uint32(p.reserved1))
+	}
+	for _, f := range []struct {
+		name string
+		p    *C.char
+		dst  *string
+	}{
+		{"name", p.name, &o.Name},
+		{"listen_addr", p.listen_addr, &o.ListenAddr},
+		{"metadata", p.metadata, &o.Metadata},
+		{"metadata_prefix", p.metadata_prefix, &o.MetadataPrefix},
+	} {
+		s, set := optString(f.p)
+		if set && s == "" {
+			return o, status.Errorf(status.InvalidArgument, "tent_engine_options.%s is \"\": pass NULL for the default", f.name)
+		}
+		*f.dst = s
+	}
+	if m := o.Metadata; m != "" && m != "p2p" && (!strings.HasPrefix(m, "etcd://") || len(m) == len("etcd://")) {
+		return o, status.Errorf(status.InvalidArgument,
+			"tent_engine_options.metadata is %q: want NULL, \"p2p\" or \"etcd://host:port[,host:port...]\"", m)
+	}
+	if ts, set := optString(p.transports); set {
+		names, err := splitTransports(ts)
+		if err != nil {
+			return o, err
+		}
+		o.Transports = names
+	}
+	switch {
+	case p.secret == nil && p.secret_len != 0:
+		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.secret is NULL but secret_len is %d", uint64(p.secret_len))
+	case p.secret != nil && p.secret_len == 0:
+		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.secret is set but secret_len is 0")
+	case p.secret_len > maxSecretLen:
+		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.secret_len is %d, at most %d", uint64(p.secret_len), maxSecretLen)
+	case p.secret != nil:
+		o.Secret = C.GoBytes(p.secret, C.int(p.secret_len))
+	}
+	var err error
+	if o.DefaultTimeout, err = millis(p.timeout_ms, "timeout_ms"); err != nil {
+		return o, err
+	}
+	if o.UnregisterTimeout, err = millis(p.unregister_timeout_ms, "unregister_timeout_ms"); err != nil {
+		return o, err
+	}
+	if p.tcp_streams > maxTCPStreams {
+		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.tcp_streams is %d, at most %d", uint32(p.tcp_streams), maxTCPStreams)
+	}
+	o.TCPStreams = int(p.tcp_streams)
+	return o, nil
+}
+
+// splitTransports parses "local, shm,tcp". Empty entries are errors rather
+// than "no transport": NULL, not "", asks for all of them.
+func splitTransports(s string) ([]string, error) {
+	if strings.TrimSpace(s) == "" {
+		return nil, status.Errorf(status.InvalidArgument,
+			"tent_engine_options.transports is empty: pass NULL for all available transports")
+	}
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		parts[i] = strings.TrimSpace(p)
+		if parts[i] == "" {
+			return nil, status.Errorf(status.InvalidArgument,
+				"tent_engine_options.transports %q has an empty entry", s)
+		}
+	}
+	return parts, nil
+}
+
+// millis converts a millisecond option; 0 stays 0 (the core's default).
+func millis(ms C.uint64_t, what string) (time.Duration, error) {
+	if uint64(ms) > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		return 0, status.Errorf(status.InvalidArgument, "tent_engine_options.%s is %d: too large", what, uint64(ms))
+	}
+	return time.Duration(ms) * time.Millisecond, nil
+}
+
+//export tentgo_engine_destroy
+func tentgo_engine_destroy(id C.uint64_t) (st C.tent_status) {
+	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	hook("engine_destroy")
+	// Removing first makes concurrent destroys race for one winner and
+	// fails every later call on this handle with INVALID_HANDLE.
+	v, err := table.Remove(handles.Engine, uint64(id))
+	if err != nil {
+		return fail(err)
+	}
+	e := v.(*engine)
+	e.destroyed.Store(true)
+	// Regions need nothing beyond removing their handles: Close drops them.
+	// Children that hold more (batches, segments) are released here too.
+	table.RemoveChildren(uint64(id))
+	// The engine is gone from C's view whatever Close says: report its
+	// error, but the handle stays invalid.
+	if err := e.core.Close(); err != nil {
+		return fail(err)
+	}
+	return ok()
+}
+
+//export tentgo_engine_name
+func tentgo_engine_name(id C.uint64_t, buf *C.char, capacity C.size_t, lenOut *C.size_t) (st C.tent_status) {
+	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	hook("engine_name")
+	e, err := lookupEngine(id)
+	if err != nil {
+		return fail(err)
+	}
+	if err := copyOut(buf, capacity, lenOut, e.segmentName()); err != nil {
+		return fail(err)
+	}
+	return ok()
+}
+
+// segmentName is what peers pass to tent_segment_open.
+// TODO(lead): the listener's "host:port" when the options named none.
+func (e *engine) segmentName() string { return e.name }
+
+//export tentgo_uninstall
+func tentgo_uninstall(id C.uint64_t, name *C.char) (st C.tent_status) {
+	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	hook("uninstall")
+	e, err := lookupEngine(id)
+	if err != nil {
+		return fail(err)
+	}
+	n, set := optString(name)
+	if set && n == "" {
+		// core.Uninstall("") means all; in C only NULL does.
+		return fail(status.Errorf(status.NotFound, "transport \"\" is not installed (pass NULL to uninstall all)"))
+	}
+	if err := e.core.Uninstall(n); err != nil {
+		return fail(err)
+	}
+	return ok()
+}
+
+// engineStats is tent_stats, and the JSON of tent_engine_stats_json.
+type engineStats struct {
+	Regions          uint64 `json:"regions"`
+	RegisteredBytes  uint64 `json:"registered_bytes"`
+	Reservations     uint64 `json:"reservations"`
+	Handles          uint64 `json:"handles"`
+	Segments         uint64 `json:"segments"`
+	Batches          uint64 `json:"batches"`
+	RequestsInFlight uint64 `json:"requests_in_flight"`
+	Allocations      uint64 `json:"allocations"`
+	ProcessHandles   uint64 `json:"process_handles"`
+	// Transports maps each installed transport to its resource counts.
+	Transports map[string]map[string]int64 `json:"transports"`
+}
+
+// stats gathers the engine's counts.
+// TODO(lead): segments, batches, requests in flight, allocations.
+func (e *engine) stats() engineStats {
+	cs := e.core.Stats()
+	s := engineStats{
+		Regions:         uint64(cs.Regions),
+		RegisteredBytes: cs.RegisteredBytes,
+		Reservations:    uint64(cs.Reservations),
+		Handles:         uint64(table.CountChildren(e.id.Load())),
+		ProcessHandles:  uint64(table.Len()),
+		Transports:      cs.Transports,
+	}
+	if s.Transports == nil {
+		s.Transports = map[string]map[string]int64{}
+	}
+	for name, counts := range s.Transports {
+		if counts == nil {
+			s.Transports[name] = map[string]int64{}
+		}
+	}
+	return s
+}
+
+//export tentgo_engine_stats
+func tentgo_engine_stats(id C.uint64_t, out *C.tent_stats) (st C.tent_status) {
+	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	hook("engine_stats")
+	e, err := lookupEngine(id)
+	if err != nil {
+		return fail(err)
+	}
+	if out == nil {
+		return fail(status.Errorf(status.InvalidArgument, "out is NULL"))
+	}
+	if err := checkStructSize(unsafe.Pointer(out), out.size, C.sizeof_tent_stats, "tent_stats", false); err != nil {
+		return fail(err)
+	}
+	s := e.stats()
+	*out = C.tent_stats{
+		size:               out.size,
+		regions:            C.uint64_t(s.Regions),
+		registered_bytes:   C.uint64_t(s.RegisteredBytes),
+		reservations:       C.uint64_t(s.Reservations),
+		handles:            C.uint64_t(s.Handles),
+		segments:           C.uint64_t(s.Segments),
+		batches:            C.uint64_t(s.Batches),
+		requests_in_flight: C.uint64_t(s.RequestsInFlight),
+		allocations:        C.uint64_t(s.Allocations),
+		process_handles:    C.uint64_t(s.ProcessHandles),
+	}
+	return ok()
+}
+
+//export tentgo_engine_stats_json
+func tentgo_engine_stats_json(id C.uint64_t, buf *C.char, capacity C.size_t, lenOut *C.size_t) (st C.tent_status) {
+	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	hook("engine_stats_json")
+	e, err := lookupEngine(id)
+	if err != nil {
+		return fail(err)
+	}
+	js, err := json.Marshal(e.stats())
+	if err != nil {
+		return fail(status.Errorf(status.Internal, "encoding stats: %w", err))
+	}
+	if err := copyOut(buf, capacity, lenOut, string(js)); err != nil {
+		return fail(err)
+	}
+	return ok()
+}

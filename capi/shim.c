@@ -1,0 +1,273 @@
+/*
+ * shim.c — the public functions of include/tent.h.
+ *
+ * Each function that enters Go: clears the thread's last error, fails fast
+ * in a forked child (the Go runtime does not survive fork), turns handle
+ * pointers into integer ids, calls its Go export (tentgo_*), and writes
+ * handle out-parameters only on success. Handles are ids cast to pointers
+ * here and nowhere else, so Go never forms or stores a fake pointer.
+ *
+ * The functions that never fail (versions, status texts, the last error,
+ * transport names) are plain C and never touch the last error, so that
+ * printf("%s: %s", tent_status_str(st), tent_last_error()) is safe in any
+ * argument evaluation order.
+ *
+ * To add a function: write tentgo_<name> in Go (see capi/doc.go) and a
+ * wrapper here following tent_register.
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "shim.h"
+#include "_cgo_export.h"
+
+_Static_assert(sizeof(void *) == sizeof(uint64_t), "tent handles are 64-bit ids stored in pointers");
+
+#define ID(h) ((uint64_t)(uintptr_t)(h))
+#define HANDLE(type, id) ((type *)(uintptr_t)(id))
+
+/* ---- Last error -------------------------------------------------------- */
+
+/* err_msg is what tent_last_error returns (NULL means ""): err_buf, or a
+ * static message. err_buf grows as needed and is freed at thread exit
+ * through err_key's destructor. */
+static __thread const char *err_msg;
+static __thread char *err_buf;
+static __thread size_t err_cap;
+static pthread_key_t err_key;
+static int err_key_ok;
+
+/* Runs at thread exit; resets the pointers in case a later destructor
+ * calls into tent on this thread. */
+static void free_err(void *p) {
+  free(p);
+  err_buf = NULL;
+  err_cap = 0;
+  err_msg = NULL;
+}
+
+static const char oom_msg[] = "tent: out of memory while recording the error message";
+
+void tentshim_set_error(const char *msg, size_t len) {
+  if (len > TENTSHIM_MAX_ERROR) {
+    len = TENTSHIM_MAX_ERROR;
+  }
+  if (err_cap < len + 1) {
+    size_t want = err_cap ? err_cap : 256;
+    while (want < len + 1) {
+      want *= 2;
+    }
+    char *p = realloc(err_buf, want);
+    if (p == NULL) {
+      err_msg = oom_msg;
+      return;
+    }
+    if (err_key_ok) {
+      pthread_setspecific(err_key, p);
+    }
+    err_buf = p;
+    err_cap = want;
+  }
+  if (len > 0) {
+    memcpy(err_buf, msg, len);
+  }
+  err_buf[len] = '\0';
+  err_msg = err_buf;
+}
+
+const char *tent_last_error(void) { return err_msg ? err_msg : ""; }
+
+/* ---- Fork detection ---------------------------------------------------- */
+
+static atomic_int forked;
+
+static const char forked_msg[] =
+    "tent: this process was forked after libtent was loaded, and the Go runtime inside "
+    "libtent does not survive fork(): no tent call works in the child. Create engines "
+    "after exec instead, e.g. start workers with multiprocessing's \"spawn\" or "
+    "\"forkserver\" method (multiprocessing.set_start_method(\"spawn\")).";
+
+static void on_fork_child(void) { atomic_store(&forked, 1); }
+
+int tentshim_forked(void) { return atomic_load_explicit(&forked, memory_order_relaxed); }
+
+__attribute__((constructor)) static void tentshim_init(void) {
+  pthread_atfork(NULL, NULL, on_fork_child);
+  err_key_ok = pthread_key_create(&err_key, free_err) == 0;
+}
+
+/* Every function that may enter Go starts with ENTER(). */
+#define ENTER()                                                  \
+  do {                                                           \
+    err_msg = NULL;                                              \
+    if (atomic_load_explicit(&forked, memory_order_relaxed)) {   \
+      err_msg = forked_msg;                                      \
+      return TENT_ERR_FORKED;                                    \
+    }                                                            \
+  } while (0)
+
+void tentshim_store_regions(tent_region **out, const uint64_t *ids, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    out[i] = HANDLE(tent_region, ids[i]);
+  }
+}
+
+/* ---- Versioning and status (plain C) ------------------------------------ */
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+uint32_t tent_version(void) { return TENT_VERSION; }
+
+uint32_t tent_abi_version(void) { return TENT_ABI_VERSION; }
+
+const char *tent_version_string(void) {
+  return STR(TENT_VERSION_MAJOR) "." STR(TENT_VERSION_MINOR) "." STR(TENT_VERSION_PATCH);
+}
+
+/* Must equal status.Table (capi's Go tests check it). */
+static const struct {
+  tent_status code;
+  const char *text;
+} status_texts[] = {
+    {TENT_OK, "success"},
+    {TENT_PENDING, "operation still in progress"},
+    {TENT_ERR_INVALID_ARGUMENT, "invalid argument"},
+    {TENT_ERR_INVALID_HANDLE, "invalid, stale or foreign handle"},
+    {TENT_ERR_OVERLAP, "memory overlaps a registered or in-flight region"},
+    {TENT_ERR_ALREADY_REGISTERED, "exactly this memory is already registered"},
+    {TENT_ERR_NOT_REGISTERED, "memory is not registered"},
+    {TENT_ERR_BUSY, "resource is busy"},
+    {TENT_ERR_OUT_OF_RANGE, "range lies outside the registered memory"},
+    {TENT_ERR_PERMISSION_DENIED, "permission denied"},
+    {TENT_ERR_NOT_FOUND, "not found"},
+    {TENT_ERR_UNSUPPORTED, "not supported"},
+    {TENT_ERR_TRANSPORT, "transport error"},
+    {TENT_ERR_TIMEOUT, "deadline exceeded"},
+    {TENT_ERR_CLOSED, "closed or uninstalled"},
+    {TENT_ERR_NO_MEMORY, "out of memory"},
+    {TENT_ERR_INTERNAL, "internal error"},
+    {TENT_ERR_FORKED, "called in a process forked after libtent was loaded"},
+    {TENT_ERR_AUTH, "authentication failed"},
+    {TENT_ERR_PROTOCOL, "malformed or unexpected message from a peer"},
+    {TENT_ERR_BUFFER_TOO_SMALL, "output buffer too small"},
+    {TENT_ERR_CANCELED, "canceled"},
+    {TENT_ERR_NAME_IN_USE, "name already in use"},
+    {TENT_ERR_VERSION_MISMATCH, "incompatible version"},
+};
+
+const char *tent_status_str(tent_status status) {
+  for (size_t i = 0; i < sizeof status_texts / sizeof status_texts[0]; i++) {
+    if (status_texts[i].code == status) {
+      return status_texts[i].text;
+    }
+  }
+  return "unknown status";
+}
+
+const char *tent_transport_name(uint32_t transport) {
+  switch (transport) {
+    case TENT_TRANSPORT_NONE:
+      return "none";
+    case TENT_TRANSPORT_LOCAL:
+      return "local";
+    case TENT_TRANSPORT_SHM:
+      return "shm";
+    case TENT_TRANSPORT_TCP:
+      return "tcp";
+    case TENT_TRANSPORT_CUDA:
+      return "cuda";
+  }
+  return "unknown";
+}
+
+/* ---- Engines ----------------------------------------------------------- */
+
+tent_status tent_engine_create(const tent_engine_options *opts, tent_engine **engine_out) {
+  ENTER();
+  uint64_t id = 0;
+  tent_status st = tentgo_engine_create((tent_engine_options *)opts, engine_out ? &id : NULL);
+  if (st == TENT_OK && engine_out) {
+    *engine_out = HANDLE(tent_engine, id);
+  }
+  return st;
+}
+
+tent_status tent_engine_destroy(tent_engine *engine) {
+  ENTER();
+  if (engine == NULL) {
+    return TENT_OK;
+  }
+  return tentgo_engine_destroy(ID(engine));
+}
+
+tent_status tent_engine_name(tent_engine *engine, char *buf, size_t cap, size_t *len_out) {
+  ENTER();
+  return tentgo_engine_name(ID(engine), buf, cap, len_out);
+}
+
+/* ---- Memory registration ---------------------------------------------- */
+
+tent_status tent_register(tent_engine *engine, void *addr, size_t len, const char *location,
+                          uint32_t flags, tent_region **region_out) {
+  ENTER();
+  uint64_t id = 0;
+  tent_status st = tentgo_register(ID(engine), (uintptr_t)addr, len, (char *)location, flags,
+                                   region_out ? &id : NULL);
+  if (st == TENT_OK && region_out) {
+    *region_out = HANDLE(tent_region, id);
+  }
+  return st;
+}
+
+tent_status tent_register_batch(tent_engine *engine, const tent_region_desc *descs, size_t n,
+                                uint32_t flags, tent_region **regions_out) {
+  ENTER();
+  /* Go writes regions_out through tentshim_store_regions, last, on success. */
+  return tentgo_register_batch(ID(engine), (tent_region_desc *)descs, n, flags, regions_out);
+}
+
+tent_status tent_unregister(tent_engine *engine, tent_region *region) {
+  ENTER();
+  if (region == NULL) {
+    return TENT_OK;
+  }
+  return tentgo_unregister(ID(engine), ID(region));
+}
+
+tent_status tent_unregister_batch(tent_engine *engine, tent_region *const *regions, size_t n) {
+  ENTER();
+  /* Go reads the entries as integers (uintptr_t), never as pointers. */
+  return tentgo_unregister_batch(ID(engine), (uintptr_t *)(uintptr_t)regions, n);
+}
+
+tent_status tent_region_get_info(tent_engine *engine, tent_region *region, tent_region_info *info) {
+  ENTER();
+  return tentgo_region_get_info(ID(engine), ID(region), info);
+}
+
+/* ---- Transports -------------------------------------------------------- */
+
+tent_status tent_uninstall(tent_engine *engine, const char *transport_name) {
+  ENTER();
+  return tentgo_uninstall(ID(engine), (char *)transport_name);
+}
+
+/* ---- Statistics -------------------------------------------------------- */
+
+tent_status tent_engine_stats(tent_engine *engine, tent_stats *out) {
+  ENTER();
+  return tentgo_engine_stats(ID(engine), out);
+}
+
+tent_status tent_engine_stats_json(tent_engine *engine, char *buf, size_t cap, size_t *len_out) {
+  ENTER();
+  return tentgo_engine_stats_json(ID(engine), buf, cap, len_out);
+}
+
+tent_status tent_topology_json(char *buf, size_t cap, size_t *len_out) {
+  ENTER();
+  return tentgo_topology_json(buf, cap, len_out);
+}

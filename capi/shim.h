@@ -1,0 +1,34 @@
+/*
+ * shim.h — private glue between the public C functions (shim.c) and the Go
+ * exports (tentgo_*, declared in cgo's _cgo_export.h). Not installed.
+ *
+ * Declarations only: cgo copies the preamble of every file with an //export
+ * into _cgo_export.h, and this header is that preamble.
+ *
+ * Internal C symbols use the prefix "tentshim_" so that the version script
+ * (exports.map, "tent_*") keeps them out of the dynamic symbol table.
+ */
+#ifndef TENT_SHIM_H
+#define TENT_SHIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "tent.h"
+
+/* Sets the calling thread's last-error message (copied; truncated at
+ * TENTSHIM_MAX_ERROR bytes). Go calls it from inside an export, which runs
+ * on the caller's OS thread, so the message lands in the caller's
+ * thread-local storage. */
+void tentshim_set_error(const char *msg, size_t len);
+
+/* Writes ids[i] as region handles into out[i]. The one place where region
+ * ids become pointers for an array out-parameter; Go never forms them. */
+void tentshim_store_regions(tent_region **out, const uint64_t *ids, size_t n);
+
+/* 1 in a process forked after the library was loaded. */
+int tentshim_forked(void);
+
+#define TENTSHIM_MAX_ERROR (64 * 1024)
+
+#endif /* TENT_SHIM_H */
