@@ -17,18 +17,20 @@
 //     are written there, on success only. Functions that never fail
 //     (versions, status texts, transport names, tent_last_error) are plain
 //     C and leave the last error alone.
+//
 //   - The //export tentgo_* functions (engine.go, register.go, ...) take
 //     and return ids, never pointers, so Go never forms a fake pointer.
 //     Each starts with
 //
-//	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-//	hook("name")
+//     defer recoverStatus(&st, debug.SetPanicOnFault(true))
+//     hook("name")
 //
 //     so a panic becomes TENT_ERR_INTERNAL with the stack in the message,
 //     and a fault on a bad caller pointer becomes TENT_ERR_INVALID_ARGUMENT,
 //     instead of killing the host process. They report failures through
 //     fail(err), which stores err's message in the caller's thread-local
 //     last error and returns status.CodeOf(err).
+//
 //   - util.go holds the shared helpers: the process-wide handle table,
 //     lookupEngine/lookupRegion, engine.addChild (children of an engine
 //     die with it), cArray (C arrays with NULL and size checks),
