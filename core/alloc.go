@@ -30,6 +30,14 @@ func (a *Allocation) release() error {
 	return a.err
 }
 
+// NewAllocation is for AllocFuncs outside this package: an allocation of
+// size bytes at addr in loc, backed by fd (-1 for none), which free releases.
+// The engine calls free exactly once, when the region is freed or the engine
+// closes; ID is set by the engine.
+func NewAllocation(addr, size uint64, loc Location, fd int, free func() error) *Allocation {
+	return &Allocation{Addr: addr, Size: size, Loc: loc, FD: fd, free: free}
+}
+
 // AllocFunc allocates size bytes at loc. It returns the allocation with
 // Addr, Size, FD (or -1) and a free function set.
 type AllocFunc func(size uint64, loc Location) (*Allocation, error)
