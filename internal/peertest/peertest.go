@@ -40,7 +40,29 @@ type Buffer struct {
 	Size  uint64
 	Perm  core.Perm
 	Alloc bool // allocate with the engine (memfd) instead of the Go heap
+	// Location for Alloc ("cuda:0"); "" means "cpu". Buffers outside host
+	// memory are filled and summed through Accessors.
+	Location string `json:",omitempty"`
 }
+
+// Accessor reads and writes peer buffers that the peer cannot touch
+// directly (GPU memory).
+type Accessor interface {
+	Read(addr, n uint64) ([]byte, error)
+	Write(addr uint64, b []byte) error
+}
+
+// Command is an extra peer command: it gets the peer's engine and the
+// command's arguments and returns the one-line answer.
+type Command func(e *core.Engine, args []string) (string, error)
+
+// Accessors (by location kind, "cuda") and Commands (by name) extend the
+// peer. A test binary sets them in TestMain before calling Main; they are
+// read-only afterwards.
+var (
+	Accessors = map[string]Accessor{}
+	Commands  = map[string]Command{}
+)
 
 // Hello is what the peer reports once it is ready.
 type Hello struct {
@@ -51,8 +73,9 @@ type Hello struct {
 
 // Region is one registered buffer of the peer.
 type Region struct {
-	Addr uint64
-	Len  uint64
+	Addr    uint64
+	Len     uint64
+	AllocID uint64 `json:",omitempty"` // engine allocations only
 }
 
 // Peer is a running peer process.
@@ -132,7 +155,10 @@ func (p *Peer) readLine(timeout time.Duration) (string, error) {
 
 // Cmd sends one command line and returns the peer's one-line answer.
 // Commands: "sum I" (sha256 of buffer I), "fill I SEED", "unregister I",
-// "register I", "recv" (next notification).
+// "register I", "recv" (next notification), "free I" (Free an Alloc
+// buffer), "realloc I SEED" (Free it if needed, Alloc it again with the
+// same size, location and permissions, fill it with Pattern(SEED); answers
+// "ADDR ALLOCID" in decimal), and the names in Commands.
 func (p *Peer) Cmd(format string, args ...any) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -208,13 +234,54 @@ func runPeer(raw string) int {
 	hello := Hello{Name: e.Name(), PID: os.Getpid()}
 	regions := make([]*core.Region, len(cfg.Buffers))
 	mems := make([][]byte, len(cfg.Buffers))
+	kind := func(i int) string {
+		k, _, _ := strings.Cut(cfg.Buffers[i].Location, ":")
+		if k == "" {
+			k = "cpu"
+		}
+		return k
+	}
+	// write and read reach buffer i through the region when it lives
+	// outside host memory.
+	write := func(i int, b []byte) error {
+		if kind(i) == "cpu" {
+			copy(mems[i], b)
+			return nil
+		}
+		a := Accessors[kind(i)]
+		if a == nil || regions[i] == nil {
+			return fmt.Errorf("no accessor for %s memory", kind(i))
+		}
+		return a.Write(regions[i].Addr, b)
+	}
+	read := func(i int) ([]byte, error) {
+		if kind(i) == "cpu" {
+			return mems[i], nil
+		}
+		a := Accessors[kind(i)]
+		if a == nil || regions[i] == nil {
+			return nil, fmt.Errorf("no accessor for %s memory", kind(i))
+		}
+		return a.Read(regions[i].Addr, cfg.Buffers[i].Size)
+	}
+	alloc := func(i int) (*core.Region, error) {
+		b := cfg.Buffers[i]
+		loc := b.Location
+		if loc == "" {
+			loc = "cpu"
+		}
+		r, err := e.Alloc(b.Size, loc, b.Perm)
+		if err == nil && kind(i) == "cpu" {
+			mems[i] = memory.Bytes(r.Addr, b.Size)
+		}
+		return r, err
+	}
 	for i, b := range cfg.Buffers {
 		var r *core.Region
 		if b.Alloc {
-			r, err = e.Alloc(b.Size, "cpu", b.Perm)
-			if err == nil {
-				mems[i] = memory.Bytes(r.Addr, b.Size)
-			}
+			r, err = alloc(i)
+		} else if kind(i) != "cpu" {
+			err = fmt.Errorf("buffer %d: %s memory needs Alloc", i, b.Location)
 		} else {
 			mems[i] = make([]byte, b.Size)
 			r, err = e.Register(core.RegionDesc{Addr: memory.Addr(mems[i]), Len: b.Size}, b.Perm)
@@ -223,9 +290,16 @@ func runPeer(raw string) int {
 			fmt.Fprintln(os.Stderr, "peertest: buffer:", err)
 			return 2
 		}
-		copy(mems[i], Pattern(int64(i), b.Size))
 		regions[i] = r
-		hello.Buffers = append(hello.Buffers, Region{Addr: memory.Addr(mems[i]), Len: b.Size})
+		if err := write(i, Pattern(int64(i), b.Size)); err != nil {
+			fmt.Fprintln(os.Stderr, "peertest: buffer:", err)
+			return 2
+		}
+		reg := Region{Addr: r.Addr, Len: b.Size}
+		if r.Alloc != nil {
+			reg.AllocID = r.Alloc.ID
+		}
+		hello.Buffers = append(hello.Buffers, reg)
 	}
 	out, _ := json.Marshal(hello)
 	fmt.Println(string(out))
@@ -234,6 +308,15 @@ func runPeer(raw string) int {
 	for in.Scan() {
 		f := strings.Fields(in.Text())
 		if len(f) == 0 {
+			continue
+		}
+		if cmd := Commands[f[0]]; cmd != nil {
+			ans, err := cmd(e, f[1:])
+			if err != nil {
+				fmt.Println("error", strings.ReplaceAll(err.Error(), "\n", " "))
+			} else {
+				fmt.Println(ans)
+			}
 			continue
 		}
 		idx := -1
@@ -246,11 +329,56 @@ func runPeer(raw string) int {
 		}
 		switch f[0] {
 		case "sum":
-			fmt.Println(Sum(mems[idx]))
+			b, err := read(idx)
+			if err != nil {
+				fmt.Println("error", err)
+			} else {
+				fmt.Println(Sum(b))
+			}
 		case "fill":
+			if len(f) < 3 {
+				fmt.Println("error fill needs a seed")
+				continue
+			}
 			seed, _ := strconv.ParseInt(f[2], 10, 64)
-			copy(mems[idx], Pattern(seed, uint64(len(mems[idx]))))
-			fmt.Println("ok")
+			if err := write(idx, Pattern(seed, cfg.Buffers[idx].Size)); err != nil {
+				fmt.Println("error", err)
+			} else {
+				fmt.Println("ok")
+			}
+		case "free":
+			if regions[idx] == nil || regions[idx].Alloc == nil {
+				fmt.Println("error buffer is not allocated")
+			} else if err := e.Free(regions[idx]); err != nil {
+				fmt.Println("error", err)
+			} else {
+				regions[idx], mems[idx] = nil, nil
+				fmt.Println("ok")
+			}
+		case "realloc":
+			if len(f) < 3 {
+				fmt.Println("error realloc needs a seed")
+				continue
+			}
+			seed, _ := strconv.ParseInt(f[2], 10, 64)
+			if regions[idx] != nil && regions[idx].Alloc != nil {
+				if err := e.Free(regions[idx]); err != nil {
+					fmt.Println("error", err)
+					continue
+				}
+				regions[idx], mems[idx] = nil, nil
+			}
+			r, err := alloc(idx)
+			if err != nil {
+				fmt.Println("error", err)
+				continue
+			}
+			regions[idx] = r
+			if err := write(idx, Pattern(seed, cfg.Buffers[idx].Size)); err != nil {
+				fmt.Println("error", err)
+				continue
+			}
+			fmt.Println(r.Addr, r.Alloc.ID)
 		case "unregister":
 			if err := e.Unregister(regions[idx]); err != nil {
 				fmt.Println("error", err)
@@ -258,7 +386,17 @@ func runPeer(raw string) int {
 				fmt.Println("ok")
 			}
 		case "register":
-			r, err := e.Register(core.RegionDesc{Addr: memory.Addr(mems[idx]), Len: uint64(len(mems[idx]))}, cfg.Buffers[idx].Perm)
+			var addr uint64
+			switch {
+			case mems[idx] != nil:
+				addr = memory.Addr(mems[idx])
+			case regions[idx] != nil:
+				addr = regions[idx].Addr
+			default:
+				fmt.Println("error buffer was freed")
+				continue
+			}
+			r, err := e.Register(core.RegionDesc{Addr: addr, Len: cfg.Buffers[idx].Size, Location: cfg.Buffers[idx].Location}, cfg.Buffers[idx].Perm)
 			if err != nil {
 				fmt.Println("error", err)
 			} else {
