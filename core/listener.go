@@ -1,6 +1,7 @@
 package core
 
 import (
+	"context"
 	"net"
 	"sync"
 	"time"
@@ -143,17 +144,33 @@ func (e *Engine) ListenAddr() string { return e.srv.addr() }
 // Dial connects to a peer's listener and runs the client handshake for
 // kind, with the engine's secret, by deadline.
 func (e *Engine) Dial(addr string, kind uint8, deadline time.Time) (net.Conn, error) {
+	return e.DialContext(context.Background(), addr, kind, deadline)
+}
+
+// DialContext is Dial that also gives up, with ErrCanceled, as soon as ctx
+// is done: a transport being uninstalled cancels the dials it has in
+// progress instead of waiting for their deadlines.
+func (e *Engine) DialContext(ctx context.Context, addr string, kind uint8, deadline time.Time) (net.Conn, error) {
 	d := net.Dialer{Deadline: deadline}
-	c, err := d.Dial("tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, status.Errorf(status.Canceled, "connect to %s: %w", addr, ctx.Err())
+		}
 		if ne, ok := err.(net.Error); ok && ne.Timeout() {
 			return nil, status.Errorf(status.Timeout, "connect to %s: %w", addr, err)
 		}
 		return nil, status.Errorf(status.TransportError, "connect to %s: %w", addr, err)
 	}
-	if _, err := wire.ClientHandshake(c, wire.HandshakeConfig{
+	stop := context.AfterFunc(ctx, func() { c.Close() }) // interrupts the handshake
+	_, err = wire.ClientHandshake(c, wire.HandshakeConfig{
 		Secret: e.opts.Secret, Deadline: deadline, LocalName: e.Name(),
-	}, kind); err != nil {
+	}, kind)
+	if !stop() {
+		c.Close()
+		return nil, status.Errorf(status.Canceled, "handshake with %s: %w", addr, ctx.Err())
+	}
+	if err != nil {
 		c.Close()
 		return nil, err
 	}
