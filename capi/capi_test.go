@@ -294,6 +294,12 @@ func TestEngineNameAndBuffers(t *testing.T) {
 
 	_, _, r = cEngineName(0, 64)
 	requireFail(t, status.InvalidHandle, r)
+
+	// Without a name, the listener's address.
+	e2, _ := newEngine(t)
+	s, _, r = cEngineName(e2, 64)
+	require.Equal(t, status.OK, r.Code, r.Msg)
+	require.Regexp(t, `^127\.0\.0\.1:[0-9]+$`, s)
 }
 
 func TestStatsJSONAndTopology(t *testing.T) {

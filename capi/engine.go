@@ -39,7 +39,7 @@ func tentgo_engine_create(opts *C.tent_engine_options, out *C.uint64_t) (st C.te
 	if err != nil {
 		return fail(err)
 	}
-	e := &engine{core: ce, name: o.Name}
+	e := &engine{core: ce}
 	id := table.Add(handles.Engine, 0, e)
 	e.id.Store(id)
 	*out = C.uint64_t(id)
@@ -174,9 +174,9 @@ func tentgo_engine_name(id C.uint64_t, buf *C.char, capacity C.size_t, lenOut *C
 	return ok()
 }
 
-// segmentName is what peers pass to tent_segment_open.
-// TODO(lead): the listener's "host:port" when the options named none.
-func (e *engine) segmentName() string { return e.name }
+// segmentName is what peers pass to tent_segment_open: the options' name,
+// else the listener's "host:port".
+func (e *engine) segmentName() string { return e.core.Name() }
 
 //export tentgo_uninstall
 func tentgo_uninstall(id C.uint64_t, name *C.char) (st C.tent_status) {
@@ -213,16 +213,19 @@ type engineStats struct {
 }
 
 // stats gathers the engine's counts.
-// TODO(lead): segments, batches, requests in flight, allocations.
 func (e *engine) stats() engineStats {
 	cs := e.core.Stats()
 	s := engineStats{
-		Regions:         uint64(cs.Regions),
-		RegisteredBytes: cs.RegisteredBytes,
-		Reservations:    uint64(cs.Reservations),
-		Handles:         uint64(table.CountChildren(e.id.Load())),
-		ProcessHandles:  uint64(table.Len()),
-		Transports:      cs.Transports,
+		Regions:          uint64(cs.Regions),
+		RegisteredBytes:  cs.RegisteredBytes,
+		Reservations:     uint64(cs.Reservations),
+		Handles:          uint64(table.CountChildren(e.id.Load())),
+		Segments:         uint64(cs.Segments),
+		Batches:          uint64(cs.Batches),
+		RequestsInFlight: uint64(max(cs.RequestsInFlight, 0)),
+		Allocations:      uint64(cs.Allocations),
+		ProcessHandles:   uint64(table.Len()),
+		Transports:       cs.Transports,
 	}
 	if s.Transports == nil {
 		s.Transports = map[string]map[string]int64{}

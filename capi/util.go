@@ -24,8 +24,6 @@ type engine struct {
 	// table (atomic: the table publishes the engine before the id is known).
 	id   atomic.Uint64
 	core *core.Engine
-	// name is the segment name from the options ("" = the listener's).
-	name string
 	// destroyed is set by tent_engine_destroy before it removes the
 	// engine's children; addChild checks it after adding, so a handle
 	// created concurrently with destroy never outlives the engine.

@@ -1,0 +1,111 @@
+# tent — build and test.
+#
+#   make            build/libtent.so, build/include/tent.h and the C demo
+#   make demo       build and run the demo (cpp_examples/demo_register.c)
+#   make test       every suite in TEST_TARGETS (go vet, Go tests with -race,
+#                   C tests, fork tests)
+#   make clean
+#
+# A new suite is one line: TEST_TARGETS += test-foo, and a test-foo rule.
+
+GO      ?= go
+CC      ?= gcc
+CXX     ?= g++
+PYTHON  ?= python3
+export CGO_ENABLED := 1
+# go-nvml's generated bindings call deprecated NVML functions; without this
+# every cgo build of it prints pages of warnings.
+export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
+
+BUILD   := build
+LIB     := $(BUILD)/libtent.so
+HEADER  := include/tent.h
+# Only the tent_* functions are exported (see capi/exports.map).
+LIB_LDFLAGS := -extldflags=-Wl,--version-script=$(CURDIR)/capi/exports.map
+GO_TEST_TIMEOUT ?= 4m
+
+CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -Iinclude -Itests/c -g
+RPATH       := -Wl,-rpath,'$$ORIGIN'
+
+# Anything that can change the library (Go, cgo C and headers, modules).
+LIB_SRCS := $(shell find . \( -path ./build -o -path ./tests -o -path ./cpp_examples -o -path ./python \
+                     -o -path ./.git \) -prune -o \( -name '*.go' -o -name '*.c' -o -name '*.h' \) -print) \
+            go.mod go.sum capi/exports.map
+
+TEST_TARGETS := test-vet
+TEST_TARGETS += test-go
+TEST_TARGETS += test-c
+TEST_TARGETS += test-fork
+
+.PHONY: all lib demo test $(TEST_TARGETS) clean
+
+all: lib $(BUILD)/demo_register
+
+lib: $(LIB) $(BUILD)/include/tent.h
+
+$(LIB): $(LIB_SRCS)
+	@mkdir -p $(BUILD)
+	$(GO) build -buildmode=c-shared -ldflags='$(LIB_LDFLAGS)' -o $@ ./capi
+	@rm -f $(BUILD)/libtent.h # cgo's generated header is internal; include/tent.h is the contract
+
+$(BUILD)/include/tent.h: $(HEADER)
+	@mkdir -p $(dir $@)
+	cp $< $@
+
+$(BUILD)/demo_register: cpp_examples/demo_register.c $(HEADER) $(LIB)
+	$(CC) $(CFLAGS_TEST) -o $@ $< -L$(BUILD) -ltent $(RPATH)
+
+demo: all
+	./$(BUILD)/demo_register
+
+test: $(TEST_TARGETS)
+
+test-vet:
+	$(GO) vet ./...
+
+test-go:
+	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
+
+# ---- C tests ---------------------------------------------------------------
+
+C_TESTS := $(BUILD)/tests/test_capi $(BUILD)/tests/test_fork $(BUILD)/tests/test_dlopen \
+           $(BUILD)/tests/header_check_c $(BUILD)/tests/header_check_cxx
+
+$(BUILD)/tests/%: tests/c/%.c tests/c/check.h tests/c/symbols.h $(HEADER) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_TEST) -o $@ $< -L$(BUILD) -ltent -Wl,-rpath,'$$ORIGIN/..' -pthread
+
+$(BUILD)/tests/test_dlopen: tests/c/test_dlopen.c tests/c/symbols.h $(HEADER)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_TEST) -o $@ $< -ldl
+
+# The header as strict C11 and as C++17; linking proves every listed export exists.
+$(BUILD)/tests/header_check_c: tests/c/header_check.c tests/c/symbols.h $(HEADER) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_TEST) -pedantic -o $@ $< -L$(BUILD) -ltent -Wl,-rpath,'$$ORIGIN/..'
+
+$(BUILD)/tests/header_check_cxx: tests/c/header_check.c tests/c/symbols.h $(HEADER) $(LIB)
+	@mkdir -p $(dir $@)
+	$(CXX) -x c++ -std=c++17 -Wall -Wextra -Werror -pedantic -Iinclude -Itests/c -o $@ $< \
+	  -x none -L$(BUILD) -ltent -Wl,-rpath,'$$ORIGIN/..'
+
+test-c: $(C_TESTS) $(BUILD)/demo_register
+	bash tests/c/check_symbols.sh $(HEADER) tests/c/symbols.h $(LIB)
+	./$(BUILD)/tests/header_check_c
+	./$(BUILD)/tests/header_check_cxx
+	./$(BUILD)/tests/test_dlopen $(LIB)
+	./$(BUILD)/tests/test_capi
+	./$(BUILD)/tests/test_fork
+	./$(BUILD)/demo_register >/dev/null
+
+# ---- Fork tests from Python (ctypes on build/libtent.so) -------------------
+
+test-fork: $(LIB)
+	@if $(PYTHON) -c 'import pytest' 2>/dev/null; then \
+	  echo "$(PYTHON) -m pytest -q tests/fork"; $(PYTHON) -m pytest -q tests/fork; \
+	else \
+	  echo "$(PYTHON) tests/fork/test_fork.py"; $(PYTHON) tests/fork/test_fork.py; \
+	fi
+
+clean:
+	rm -rf $(BUILD)
