@@ -1,0 +1,441 @@
+package tcp
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/status"
+)
+
+const (
+	// maxGroupBytes and maxGroupChunks bound one writev of the writer, so
+	// a canceled request waits at most that long for its memory back.
+	maxGroupBytes  = 4 << 20
+	maxGroupChunks = 512
+)
+
+// conn is one stream to a peer: a writer goroutine that dials and then
+// sends requests, and a reader goroutine that takes the replies, which
+// come back in request order.
+type conn struct {
+	t    *Transport
+	pool *pool
+	slot int
+
+	mu       sync.Mutex
+	wake     sync.Cond // the writer waits on it for work
+	nc       net.Conn  // nil while dialing
+	queue    ring      // chunks not yet sent
+	sent     ring      // chunks sent, awaiting their replies, in order
+	started  bool // the writer runs
+	dead     bool
+	deadline time.Time // the socket's deadline: the earliest of the chunks held, or zero
+	nextID   uint64
+
+	iov iovec // the writer's
+}
+
+func newConn(t *Transport, p *pool, slot int) *conn {
+	c := &conn{t: t, pool: p, slot: slot}
+	c.wake.L = &c.mu
+	t.conns.Add(1)
+	return c
+}
+
+func (c *conn) isDead() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.dead
+}
+
+// enqueue hands chunks to the writer. If the connection died meanwhile,
+// they fail with its error.
+func (c *conn) enqueue(cs []*chunk) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		for _, ch := range cs {
+			ch.s.chunkDone(status.Errorf(status.TransportError, "tcp: connection to %s lost", c.pool.key.addr), false)
+		}
+		return
+	}
+	for _, ch := range cs {
+		c.queue.push(ch)
+		c.lowerDeadlineLocked(ch.s.deadline)
+	}
+	if !c.started {
+		// The writer dials first, by the deadline of what it carries.
+		c.started = true
+		c.t.goroutine(c.writeLoop)
+	}
+	c.wake.Signal()
+	c.mu.Unlock()
+}
+
+// lowerDeadlineLocked makes the socket's deadline no later than d.
+func (c *conn) lowerDeadlineLocked(d time.Time) {
+	if d.IsZero() || (!c.deadline.IsZero() && !d.Before(c.deadline)) {
+		return
+	}
+	c.deadline = d
+	if c.nc != nil {
+		_ = c.nc.SetDeadline(d)
+	}
+}
+
+// stillOnTime is called when a socket operation timed out. The deadline
+// may be stale (the request it was set for has completed): then it is
+// moved to the earliest deadline still held and the operation goes on. If
+// a held chunk, or cur (the reader's chunk in hand), is overdue, the
+// connection has stalled: false.
+func (c *conn) stillOnTime(cur *chunk) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return false
+	}
+	now := time.Now()
+	var earliest time.Time
+	overdue := false
+	check := func(ch *chunk) {
+		d := ch.s.deadline
+		if d.IsZero() {
+			return
+		}
+		if !now.Before(d) {
+			overdue = true
+		}
+		if earliest.IsZero() || d.Before(earliest) {
+			earliest = d
+		}
+	}
+	if cur != nil {
+		check(cur)
+	}
+	c.queue.each(check)
+	c.sent.each(check)
+	if overdue {
+		return false
+	}
+	c.deadline = earliest
+	_ = c.nc.SetDeadline(earliest)
+	return true
+}
+
+// fail ends the connection: every chunk it holds fails with err, or with
+// Timeout if its deadline has passed.
+func (c *conn) fail(err error) {
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		return
+	}
+	c.dead = true
+	held := make([]*chunk, 0, c.queue.len()+c.sent.len())
+	c.queue.drain(func(ch *chunk) { held = append(held, ch) })
+	c.sent.drain(func(ch *chunk) { held = append(held, ch) })
+	nc := c.nc
+	c.wake.Broadcast()
+	c.mu.Unlock()
+	if nc != nil {
+		nc.Close()
+	}
+	c.t.conns.Add(-1)
+	c.t.dropConn(c)
+	code := status.CodeOf(err)
+	if code == status.Timeout {
+		c.t.timeouts.Add(1)
+	}
+	if code == status.TransportError || code == status.Protocol || code == status.Timeout {
+		// The peer may have restarted: look it up again before the next batch.
+		if name := c.pool.name; name != "" {
+			c.t.e.InvalidatePeer(name)
+		}
+	}
+	for _, ch := range held {
+		ch.s.chunkDone(chunkErr(ch, err), false)
+	}
+}
+
+// chunkErr is the error for a chunk whose connection failed with err: a
+// Timeout once the chunk's deadline has passed (unless the transport is
+// going away), else err.
+func chunkErr(ch *chunk, err error) error {
+	code := status.CodeOf(err)
+	if d := ch.s.deadline; code != status.Timeout && code != status.Closed && !d.IsZero() && !time.Now().Before(d) {
+		return status.Errorf(status.Timeout, "tcp: deadline passed: %w", err)
+	}
+	return err
+}
+
+// dial connects and checks that the peer is the incarnation the requests
+// were routed to.
+func (c *conn) dial() (net.Conn, error) {
+	c.mu.Lock()
+	deadline := c.deadline
+	c.mu.Unlock()
+	if deadline.IsZero() {
+		deadline = time.Now().Add(c.t.e.Options().DefaultTimeout)
+	}
+	c.t.dials.Add(1)
+	nc, err := c.t.e.DialContext(c.t.ctx, c.pool.key.addr, core.KindTCPData, deadline)
+	if err != nil {
+		return nil, err
+	}
+	_ = nc.SetDeadline(deadline)
+	var hello [helloSize]byte
+	if _, err := readFull(nc, hello[:]); err != nil {
+		nc.Close()
+		return nil, ioError("reading the hello of "+c.pool.key.addr, err)
+	}
+	inc, err := parseHello(hello[:])
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	if inc != c.pool.key.incarnation {
+		nc.Close()
+		if c.pool.name != "" {
+			c.t.e.InvalidatePeer(c.pool.name)
+		}
+		return nil, status.Errorf(status.TransportError,
+			"tcp: the engine at %s is incarnation %#x, the requests were routed to %#x (restarted?)",
+			c.pool.key.addr, inc, c.pool.key.incarnation)
+	}
+	return nc, nil
+}
+
+func (c *conn) writeLoop() {
+	nc, err := c.dial()
+	if err != nil {
+		c.t.dialErrs.Add(1)
+		c.fail(err)
+		return
+	}
+	c.mu.Lock()
+	if c.dead {
+		c.mu.Unlock()
+		nc.Close()
+		return
+	}
+	c.nc = nc
+	_ = nc.SetDeadline(c.deadline)
+	c.mu.Unlock()
+	c.t.goroutine(func() { c.readLoop(nc) })
+
+	var group []*chunk
+	var skipped []*chunk
+	for {
+		group, skipped = group[:0], skipped[:0]
+		c.mu.Lock()
+		for c.queue.len() == 0 && !c.dead {
+			c.wake.Wait()
+		}
+		if c.dead {
+			c.mu.Unlock()
+			return
+		}
+		bytes := 0
+		for c.queue.len() > 0 && len(group) < maxGroupChunks && bytes < maxGroupBytes {
+			ch := c.queue.pop()
+			// A WRITE's memory is entered now, under the lock, so the
+			// chunk is either sent whole or not at all.
+			if (ch.s.op == opWrite && !ch.s.enter()) || (ch.s.op == opRead && ch.s.isDead()) {
+				skipped = append(skipped, ch)
+				continue
+			}
+			c.nextID++
+			ch.id = c.nextID
+			c.sent.push(ch)
+			group = append(group, ch)
+			bytes += int(ch.n)
+		}
+		c.mu.Unlock()
+		for _, ch := range skipped {
+			ch.s.chunkDone(nil, false)
+		}
+		if len(group) == 0 {
+			continue
+		}
+		err := c.write(nc, group)
+		for _, ch := range group {
+			if ch.s.op == opWrite {
+				ch.s.exit()
+			}
+		}
+		if err != nil {
+			c.fail(err)
+			return
+		}
+	}
+}
+
+// write sends a group of requests with one writev (or a few, for many
+// pieces), retrying after a stale deadline.
+func (c *conn) write(nc net.Conn, group []*chunk) error {
+	v := &c.iov
+	defer v.reset()
+	for _, ch := range group {
+		putReqHeader(v.header(reqHeaderSize), reqHeader{op: ch.s.op, n: ch.n, id: ch.id, addr: ch.s.remote + ch.off})
+		if ch.s.op == opWrite {
+			v.payload(memory.Bytes(ch.s.local+ch.off, uint64(ch.n)))
+		}
+	}
+	bufs := v.buffers()
+	for {
+		n, err := bufs.WriteTo(nc)
+		c.t.sent.Add(n)
+		if err == nil {
+			return nil
+		}
+		if !isTimeout(err) || !c.stillOnTime(nil) {
+			return ioError("write to "+c.pool.key.addr, err)
+		}
+	}
+}
+
+func (c *conn) readLoop(nc net.Conn) {
+	src := &clientSource{c: c, nc: nc}
+	rd := newBufReader(src)
+	for {
+		b, err := rd.next(replyHeaderSize)
+		if err != nil {
+			c.fail(ioError("read from "+c.pool.key.addr, err))
+			return
+		}
+		h, err := parseReplyHeader(b)
+		if err != nil {
+			c.t.protoErrs.Add(1)
+			c.fail(err)
+			return
+		}
+		c.mu.Lock()
+		ch := c.sent.peek()
+		if ch == nil || ch.id != h.id || ch.s.op != h.op || (h.code == status.OK && h.op == opRead && h.n != ch.n) {
+			c.mu.Unlock()
+			c.t.protoErrs.Add(1)
+			c.fail(status.Errorf(status.Protocol, "tcp: %s sent a reply (id %d, op %d, %d bytes) that does not match the oldest request",
+				c.pool.key.addr, h.id, h.op, h.n))
+			return
+		}
+		c.sent.pop()
+		c.mu.Unlock()
+		src.cur = ch
+
+		var rerr error
+		if h.msgLen > 0 {
+			msg, err := rd.next(int(h.msgLen))
+			if err != nil {
+				ch.s.chunkDone(chunkErr(ch, ioError("read from "+c.pool.key.addr, err)), false)
+				c.fail(ioError("read from "+c.pool.key.addr, err))
+				return
+			}
+			rerr = status.Errorf(h.code, "tcp: %s refused: %s", c.pool.key.addr, msg)
+		} else if h.code != status.OK {
+			rerr = status.Errorf(h.code, "tcp: %s refused the request", c.pool.key.addr)
+		}
+		if h.n > 0 {
+			var err error
+			busy := ch.s.enter()
+			if busy {
+				err = rd.readInto(memory.Bytes(ch.s.local+ch.off, uint64(ch.n)))
+			} else {
+				err = rd.discard(int(ch.n)) // canceled: its memory may be gone
+			}
+			if err != nil {
+				err = ioError("read from "+c.pool.key.addr, err)
+				ch.s.chunkDone(chunkErr(ch, err), busy)
+				c.fail(err)
+				return
+			}
+			ch.s.chunkDone(nil, busy)
+		} else {
+			ch.s.chunkDone(rerr, false)
+		}
+		src.cur = nil
+	}
+}
+
+// clientSource is the reader's view of the socket: it counts bytes and
+// sees through timeouts of a stale deadline.
+type clientSource struct {
+	c   *conn
+	nc  net.Conn
+	cur *chunk
+}
+
+func (s *clientSource) Read(p []byte) (int, error) {
+	for {
+		n, err := s.nc.Read(p)
+		if n > 0 {
+			s.c.t.received.Add(int64(n))
+			return n, nil
+		}
+		if err != nil && isTimeout(err) && s.c.stillOnTime(s.cur) {
+			continue
+		}
+		return n, err
+	}
+}
+
+func readFull(nc net.Conn, b []byte) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := nc.Read(b[n:])
+		n += m
+		if err != nil {
+			return n, noEOF(err)
+		}
+	}
+	return n, nil
+}
+
+// ring is a FIFO of chunks.
+type ring struct {
+	buf        []*chunk
+	head, size int
+}
+
+func (r *ring) len() int { return r.size }
+
+func (r *ring) push(ch *chunk) {
+	if r.size == len(r.buf) {
+		nb := make([]*chunk, max(16, 2*len(r.buf)))
+		for i := 0; i < r.size; i++ {
+			nb[i] = r.buf[(r.head+i)%len(r.buf)]
+		}
+		r.buf, r.head = nb, 0
+	}
+	r.buf[(r.head+r.size)%len(r.buf)] = ch
+	r.size++
+}
+
+func (r *ring) peek() *chunk {
+	if r.size == 0 {
+		return nil
+	}
+	return r.buf[r.head]
+}
+
+func (r *ring) pop() *chunk {
+	ch := r.buf[r.head]
+	r.buf[r.head] = nil
+	r.head = (r.head + 1) % len(r.buf)
+	r.size--
+	return ch
+}
+
+func (r *ring) each(f func(*chunk)) {
+	for i := 0; i < r.size; i++ {
+		f(r.buf[(r.head+i)%len(r.buf)])
+	}
+}
+
+func (r *ring) drain(f func(*chunk)) {
+	for r.size > 0 {
+		f(r.pop())
+	}
+}

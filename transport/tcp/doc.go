@@ -1,0 +1,133 @@
+// Package tcp is tent's transport across hosts: READ and WRITE requests
+// travel over TCP connections to the peer engine's listener, and the
+// peer's engine (the target) checks every one against its registrations
+// before it touches a byte.
+//
+// # Connections
+//
+// Data connections go to the same listener as the control link. The
+// initiator dials with Engine.DialContext, asking for channel kind
+// core.KindTCPData; the engine's authenticated handshake (see package
+// wire: HMAC-SHA256 challenge-response over the shared secret, protocol
+// version negotiation, the kind bound into the proofs) runs first, so a
+// peer without the secret never gets to send a request. The protocol
+// below is version 1 of the data channel; it is tied to the handshake's
+// protocol version, and the hello repeats it so that a mismatch is
+// reported as VersionMismatch rather than as garbage.
+//
+// Each peer incarnation gets up to Options.TCPStreams connections
+// ("streams", default 4), dialed on first use. A peer is known by its tcp
+// endpoint and by the incarnation in the descriptor the requests were
+// routed with; a restarted peer has a new incarnation, so it gets new
+// connections, and the hello lets the initiator notice when the address
+// now answers with another incarnation.
+//
+// # Protocol (version 1)
+//
+// All integers are little-endian. Reserved fields and flags must be zero;
+// anything else, an unknown op or status code, a length outside its bounds
+// or a reply that does not answer the oldest outstanding request is a
+// protocol error, and the side that sees it closes the connection.
+//
+// After the handshake the target sends one hello:
+//
+//	0   4   magic "TTCP"
+//	4   2   u16 data protocol version (1)
+//	6   2   reserved
+//	8   8   u64 incarnation of the target engine
+//
+// Then the initiator sends requests, each a 24-byte header, followed for a
+// WRITE by its payload:
+//
+//	0   1   u8 op: 1 WRITE (initiator -> target), 2 READ (target -> initiator)
+//	1   1   u8 flags
+//	2   2   reserved
+//	4   4   u32 length n, 1 <= n <= MaxChunk (16 MiB)
+//	8   8   u64 id, chosen by the initiator (increasing per connection)
+//	16  8   u64 target address; address + n must not overflow
+//	24  n   WRITE only: the payload
+//
+// The target answers every request, in the order received, with a 24-byte
+// header, an optional message and, for a successful READ, the payload:
+//
+//	0   1   u8 op, echoed
+//	1   1   u8 flags
+//	2   2   u16 message length m, 0 on success, <= 1024
+//	4   4   i32 status: 0, or a negative tent status code (NotRegistered,
+//	        OutOfRange, PermissionDenied, ...)
+//	8   8   u64 id, echoed
+//	16  4   u32 payload length: n for a successful READ, else 0
+//	20  4   reserved
+//	24  m   the error message (UTF-8, truncated to 1024 bytes)
+//	24+m    the payload
+//
+// The initiator splits requests longer than 1 MiB into chunks of at most
+// 1 MiB, each a request on the wire, and spreads them over the streams; a
+// request succeeds when all its chunks do and fails with the first error.
+//
+// # What is enforced where
+//
+// The initiator's engine checks requests against the peer's cached
+// descriptor, to fail early. That is a courtesy: the target calls
+// Engine.Acquire(address, n, AccessRemoteWrite or AccessRemoteRead) for
+// every request, which checks that the range lies within one registered
+// region that grants the permission, and pins the region (unregistering
+// waits) while its memory is read or written. A peer with a stale or
+// forged descriptor gets NotRegistered, OutOfRange or PermissionDenied in
+// the reply and nothing is touched. A refused WRITE's payload is still
+// read, into the connection's receive buffer, and dropped, so the stream
+// stays in step.
+//
+// # Copies
+//
+// Payloads go from registered memory to the socket with writev (headers
+// and payloads of many requests in one call, net.Buffers), and from the
+// socket into registered memory with read. Each side reads headers through
+// a 64 KiB receive buffer, many per system call; payload bytes that arrive
+// in that buffer together with their header are copied from it once (this
+// is what makes 4 KiB requests cheap), while the rest of a payload, when
+// at least 16 KiB of it is still in the socket, is read straight into the
+// destination. No payload is staged on the Go heap.
+//
+// # Threading
+//
+// Initiator: Submit splits and queues chunks and returns. Each connection
+// has a writer goroutine (it dials, then sends whatever is queued, up to
+// 4 MiB or 512 requests per writev, without waiting for replies) and a
+// reader goroutine (it takes replies in order and completes requests).
+// Target: the engine's listener runs one handler per accepted connection;
+// it serves requests in order and writes the collected replies when the
+// next request header is not in its buffer yet, or 2 MiB or 512 pieces
+// have piled up. Parallelism comes from the streams.
+//
+// # Deadlines, faults, cancel
+//
+// Every request carries its batch's deadline. A connection's socket
+// deadline is the earliest deadline of the requests it holds (queued,
+// being written, or awaiting replies); when it passes and one of them is
+// overdue, the connection has stalled: it is closed, its overdue requests
+// fail with Timeout and the others with TransportError. (A deadline left
+// over from completed requests is simply moved.) A connection that breaks
+// fails its requests with TransportError, marks the peer's descriptor
+// stale (it may have restarted), and is dialed again by the next request.
+// A target closes a connection whose peer stalls inside a request or stops
+// reading replies for Options.DefaultTimeout.
+//
+// A request is completed exactly once, by whichever goroutine ends its
+// last use: Cancel, a failure or the last reply makes it dead or done,
+// but while a writer or reader is inside its local memory, Done waits for
+// it to leave. The payload of a READ reply for a dead request goes to
+// scratch, a dead WRITE not yet sent is not sent.
+//
+// # Lifetimes
+//
+// Uninstall stops the engine from passing data connections to the
+// transport, cancels dials, closes every connection (dialed and accepted),
+// fails the requests in flight with core.ErrUninstalled and waits for
+// every goroutine and handler. Stats reports connections, goroutines,
+// requests in flight (all zero afterwards), and bytes and failures so far.
+//
+// Addresses: the endpoint published is the engine's listen address. An
+// engine that listens on a wildcard address (0.0.0.0) must be given a
+// routable ListenAddr for peers on other hosts to reach it.
+package tcp

@@ -1,0 +1,59 @@
+package tcp
+
+import (
+	"net"
+	"time"
+
+	"github.com/tent-dev/tent/core"
+)
+
+// Raw sends one request to the engine at addr (of the given incarnation)
+// over the transport's own connections, bypassing every check of the
+// initiator's engine, and returns the outcome. local is not pinned: the
+// caller keeps it alive.
+func (t *Transport) Raw(addr string, incarnation uint64, op core.Op, local, remote, n uint64, timeout time.Duration) error {
+	o := opWrite
+	if op == core.OpRead {
+		o = opRead
+	}
+	states := []reqState{{t: t, raw: make(chan error, 1), op: o, local: local, remote: remote, n: n,
+		deadline: time.Now().Add(timeout)}}
+	t.start(states, func(int) (peerKey, string) { return peerKey{addr: addr, incarnation: incarnation}, "" })
+	return <-states[0].raw
+}
+
+// ResetServerConns closes the connections this transport serves, as a
+// network reset would.
+func (t *Transport) ResetServerConns() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for nc := range t.srvConns {
+		nc.Close()
+	}
+	return len(t.srvConns)
+}
+
+// Exported for the fuzz test.
+var (
+	ParseReqHeader   = parseReqHeader
+	ParseReplyHeader = parseReplyHeader
+	ParseHello       = parseHello
+)
+
+const (
+	ReqHeaderSize   = reqHeaderSize
+	ReplyHeaderSize = replyHeaderSize
+	HelloSize       = helloSize
+)
+
+// Serve runs the target side of one stream on nc for e, as the
+// engine's listener would after the handshake; the transport need not be
+// installed.
+func (t *Transport) Serve(e *core.Engine, nc net.Conn) {
+	t.mu.Lock()
+	if t.e == nil {
+		t.e = e
+	}
+	t.mu.Unlock()
+	t.serve(nc, "test")
+}

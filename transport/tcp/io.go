@@ -1,0 +1,186 @@
+package tcp
+
+import (
+	"errors"
+	"io"
+	"net"
+	"os"
+
+	"github.com/tent-dev/tent/status"
+)
+
+const (
+	// readBufSize is the receive buffer of a connection. Headers (and the
+	// small payloads that arrive with them) are read through it, many per
+	// system call.
+	readBufSize = 64 << 10
+	// directMin: a payload of which at least this much is still in the
+	// socket is read straight into its destination; a smaller remainder is
+	// read through the buffer, together with the headers behind it.
+	directMin = 16 << 10
+)
+
+// bufReader reads a stream of headers and payloads. Bytes that arrived
+// together with a header are copied out of its buffer; the rest of a large
+// payload goes from the socket straight into the destination.
+type bufReader struct {
+	src  io.Reader
+	buf  []byte
+	r, w int
+}
+
+func newBufReader(src io.Reader) *bufReader {
+	return &bufReader{src: src, buf: make([]byte, readBufSize)}
+}
+
+// buffered returns the number of bytes read but not consumed.
+func (b *bufReader) buffered() int { return b.w - b.r }
+
+// fill reads until at least n bytes (n <= len(buf)) are buffered.
+func (b *bufReader) fill(n int) error {
+	if b.r == b.w {
+		b.r, b.w = 0, 0
+	} else if len(b.buf)-b.r < n {
+		b.w = copy(b.buf, b.buf[b.r:b.w])
+		b.r = 0
+	}
+	for b.w-b.r < n {
+		m, err := b.src.Read(b.buf[b.w:])
+		b.w += m
+		if err != nil && b.w-b.r < n {
+			if err == io.EOF && b.w-b.r > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// next returns the next n bytes, valid until the next call.
+func (b *bufReader) next(n int) ([]byte, error) {
+	if b.w-b.r < n {
+		if err := b.fill(n); err != nil {
+			return nil, err
+		}
+	}
+	p := b.buf[b.r : b.r+n : b.r+n]
+	b.r += n
+	return p, nil
+}
+
+// readInto fills dst from the stream.
+func (b *bufReader) readInto(dst []byte) error {
+	k := copy(dst, b.buf[b.r:b.w])
+	b.r += k
+	rest := dst[k:]
+	if len(rest) == 0 {
+		return nil
+	}
+	if len(rest) < directMin {
+		if err := b.fill(len(rest)); err != nil {
+			return noEOF(err)
+		}
+		b.r += copy(rest, b.buf[b.r:b.w])
+		return nil
+	}
+	_, err := io.ReadFull(b.src, rest)
+	return noEOF(err)
+}
+
+// discard skips n bytes of the stream (a payload nobody may receive).
+func (b *bufReader) discard(n int) error {
+	for n > 0 {
+		if b.r == b.w {
+			if err := b.fill(1); err != nil {
+				return noEOF(err)
+			}
+		}
+		k := min(n, b.w-b.r)
+		b.r += k
+		n -= k
+	}
+	return nil
+}
+
+func noEOF(err error) error {
+	if err == io.EOF {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// iovec collects headers and payloads for one writev: headers are appended
+// to one reusable buffer, payloads are referenced where they lie, and
+// headers with no payload between them go out as one piece.
+type iovec struct {
+	hdr   []byte
+	pays  []payloadAt
+	bufs  net.Buffers
+	bytes int
+}
+
+type payloadAt struct {
+	off int // header bytes before the payload
+	b   []byte
+}
+
+// header returns room for the next header of n bytes.
+func (v *iovec) header(n int) []byte {
+	l := len(v.hdr)
+	v.hdr = append(v.hdr, make([]byte, n)...)
+	v.bytes += n
+	return v.hdr[l : l+n : l+n]
+}
+
+// payload appends b after the headers added so far.
+func (v *iovec) payload(b []byte) {
+	v.pays = append(v.pays, payloadAt{off: len(v.hdr), b: b})
+	v.bytes += len(b)
+}
+
+func (v *iovec) empty() bool { return v.bytes == 0 }
+
+// buffers returns the pieces in order; the result is consumed by WriteTo.
+func (v *iovec) buffers() net.Buffers {
+	bufs := v.bufs[:0]
+	at := 0
+	for _, p := range v.pays {
+		if p.off > at {
+			bufs = append(bufs, v.hdr[at:p.off])
+			at = p.off
+		}
+		bufs = append(bufs, p.b)
+	}
+	if len(v.hdr) > at {
+		bufs = append(bufs, v.hdr[at:])
+	}
+	v.bufs = bufs
+	return bufs
+}
+
+func (v *iovec) reset() {
+	clear(v.pays) // no references to registered memory outlive the write
+	clear(v.bufs[:cap(v.bufs)])
+	v.hdr, v.pays, v.bufs, v.bytes = v.hdr[:0], v.pays[:0], v.bufs[:0], 0
+}
+
+// ioError turns a socket error into a status error: deadlines are
+// Timeout, everything else (EOF, reset, closed) TransportError.
+func ioError(what string, err error) error {
+	if status.HasCode(err) {
+		return err
+	}
+	if isTimeout(err) {
+		return status.Errorf(status.Timeout, "tcp: %s: %w", what, err)
+	}
+	return status.Errorf(status.TransportError, "tcp: %s: %w", what, err)
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}

@@ -1,0 +1,180 @@
+package tcp
+
+import (
+	"net"
+	"time"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/status"
+)
+
+const (
+	// flushBytes and flushPieces bound the replies (and the regions held
+	// for READ payloads) collected before they are written.
+	flushBytes  = 2 << 20
+	flushPieces = 512
+)
+
+// serve is the engine's handler for KindTCPData connections: it runs the
+// target side of one stream until the peer leaves, breaks the protocol,
+// stalls, or the transport is uninstalled.
+func (t *Transport) serve(nc net.Conn, _ string) {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.srvConns[nc] = struct{}{}
+	t.srvWG.Add(1)
+	e := t.e
+	t.mu.Unlock()
+	t.handlers.Add(1)
+	defer func() {
+		t.mu.Lock()
+		delete(t.srvConns, nc)
+		t.mu.Unlock()
+		nc.Close()
+		t.handlers.Add(-1)
+		t.srvWG.Done()
+	}()
+	s := &server{t: t, e: e, nc: nc, stall: e.Options().DefaultTimeout}
+	s.rd = newBufReader(serverSource{s})
+	if err := s.run(); err != nil && status.CodeOf(err) == status.Protocol {
+		t.protoErrs.Add(1)
+	}
+}
+
+// server is the target side of one stream. Requests are served in order,
+// one at a time; replies are collected and written together when the
+// next request is not in yet (or enough has piled up).
+type server struct {
+	t     *Transport
+	e     *core.Engine
+	nc    net.Conn
+	rd    *bufReader
+	stall time.Duration // how long a peer may stall inside a request or a reply
+
+	iov  iovec
+	held []*core.Region // acquired for READ payloads in iov
+}
+
+type serverSource struct{ s *server }
+
+func (src serverSource) Read(p []byte) (int, error) {
+	n, err := src.s.nc.Read(p)
+	src.s.t.received.Add(int64(n))
+	return n, err
+}
+
+func (s *server) run() error {
+	defer s.releaseHeld()
+	var hello [helloSize]byte
+	putHello(hello[:], s.e.Incarnation())
+	_ = s.nc.SetWriteDeadline(time.Now().Add(s.stall))
+	if _, err := s.nc.Write(hello[:]); err != nil {
+		return err
+	}
+	s.t.sent.Add(helloSize)
+	for {
+		if s.rd.buffered() < reqHeaderSize && !s.iov.empty() {
+			if err := s.flush(); err != nil {
+				return err
+			}
+		}
+		b, err := s.rd.next(reqHeaderSize) // idle connections wait without a deadline
+		if err != nil {
+			return err
+		}
+		h, err := parseReqHeader(b)
+		if err != nil {
+			return err
+		}
+		switch h.op {
+		case opWrite:
+			if err := s.write(h); err != nil {
+				return err
+			}
+		case opRead:
+			s.read(h)
+		}
+		if s.iov.bytes >= flushBytes || len(s.iov.pays) >= flushPieces {
+			if err := s.flush(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// write serves a WRITE: the payload goes straight into the registered
+// memory, or, when the target refuses, into scratch.
+func (s *server) write(h reqHeader) error {
+	n := int(h.n)
+	region, aerr := s.e.Acquire(h.addr, uint64(h.n), core.AccessRemoteWrite)
+	if s.rd.buffered() < n {
+		_ = s.nc.SetReadDeadline(time.Now().Add(s.stall))
+		defer s.nc.SetReadDeadline(time.Time{})
+	}
+	if aerr != nil {
+		s.t.rejected.Add(1)
+		if err := s.rd.discard(n); err != nil {
+			return err
+		}
+		s.reply(h, aerr, nil)
+		return nil
+	}
+	err := s.rd.readInto(memory.Bytes(h.addr, uint64(h.n)))
+	s.e.Release(region)
+	if err != nil {
+		return err
+	}
+	s.reply(h, nil, nil)
+	return nil
+}
+
+// read serves a READ: the payload will be written from the registered
+// memory, which stays acquired until then.
+func (s *server) read(h reqHeader) {
+	region, aerr := s.e.Acquire(h.addr, uint64(h.n), core.AccessRemoteRead)
+	if aerr != nil {
+		s.t.rejected.Add(1)
+		s.reply(h, aerr, nil)
+		return
+	}
+	s.held = append(s.held, region)
+	s.reply(h, nil, memory.Bytes(h.addr, uint64(h.n)))
+}
+
+func (s *server) reply(h reqHeader, err error, payload []byte) {
+	var msg string
+	if err != nil {
+		msg = err.Error()
+		if len(msg) > maxMessage {
+			msg = msg[:maxMessage]
+		}
+	}
+	b := s.iov.header(replyHeaderSize + len(msg))
+	putReplyHeader(b, replyHeader{op: h.op, msgLen: uint16(len(msg)), code: status.CodeOf(err), id: h.id, n: uint32(len(payload))})
+	copy(b[replyHeaderSize:], msg)
+	if payload != nil {
+		s.iov.payload(payload)
+	}
+}
+
+func (s *server) flush() error {
+	bufs := s.iov.buffers()
+	_ = s.nc.SetWriteDeadline(time.Now().Add(s.stall))
+	n, err := bufs.WriteTo(s.nc)
+	s.t.sent.Add(n)
+	s.iov.reset()
+	s.releaseHeld()
+	return err
+}
+
+func (s *server) releaseHeld() {
+	for i, r := range s.held {
+		s.e.Release(r)
+		s.held[i] = nil
+	}
+	s.held = s.held[:0]
+}

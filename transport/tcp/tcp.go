@@ -1,0 +1,364 @@
+package tcp
+
+import (
+	"context"
+	"net"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+func init() {
+	core.RegisterTransport("tcp", func() core.Transport { return New() })
+}
+
+const (
+	// chunkSize is the most one request on the wire carries: larger
+	// requests are split, and their chunks spread over the streams.
+	chunkSize = 1 << 20
+	// groupBytes is how much a stream is given before the next one gets
+	// its turn; many small requests go out together on one stream.
+	groupBytes = 1 << 20
+)
+
+// Transport moves data to and from peers in other processes and on other
+// hosts over TCP. See the package documentation.
+type Transport struct {
+	mu       sync.Mutex
+	e        *core.Engine
+	streams  int
+	closed   bool
+	pools    map[peerKey]*pool
+	srvConns map[net.Conn]struct{}
+	ctx      context.Context // canceled by Uninstall: stops dials
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup // goroutines this transport started
+	srvWG    sync.WaitGroup // connection handlers running
+
+	reqMu sync.Mutex
+	reqs  map[*core.Request]*reqState // for Cancel
+
+	conns      atomic.Int64
+	goroutines atomic.Int64
+	handlers   atomic.Int64
+	inflight   atomic.Int64
+	sent       atomic.Int64
+	received   atomic.Int64
+	dials      atomic.Int64
+	dialErrs   atomic.Int64
+	timeouts   atomic.Int64
+	protoErrs  atomic.Int64
+	rejected   atomic.Int64
+}
+
+// New returns an uninstalled tcp transport.
+func New() *Transport {
+	return &Transport{pools: map[peerKey]*pool{}, srvConns: map[net.Conn]struct{}{}, reqs: map[*core.Request]*reqState{}}
+}
+
+func (t *Transport) Name() string                          { return "tcp" }
+func (t *Transport) RegisterMemory([]*core.Region) error   { return nil }
+func (t *Transport) UnregisterMemory([]*core.Region) error { return nil }
+
+// Install serves the engine's data connections and remembers the engine
+// for dialing peers.
+func (t *Transport) Install(e *core.Engine) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.e != nil || t.closed {
+		return status.Errorf(status.InvalidArgument, "tcp transport instance already installed")
+	}
+	t.e = e
+	t.streams = e.Options().TCPStreams
+	t.ctx, t.cancel = context.WithCancel(context.Background())
+	e.HandleConn(core.KindTCPData, t.serve)
+	return nil
+}
+
+// Endpoints publishes the engine's listener as the tcp endpoint.
+func (t *Transport) Endpoints() []wire.Endpoint {
+	t.mu.Lock()
+	e := t.e
+	t.mu.Unlock()
+	if e == nil {
+		return nil
+	}
+	return []wire.Endpoint{{Transport: "tcp", Addr: e.ListenAddr()}}
+}
+
+// Eligible: the peer publishes a tcp endpoint and both sides are host
+// memory (GPU memory needs staging, which the cuda support adds).
+func (t *Transport) Eligible(r *core.Request) bool {
+	return r.Desc != nil && tcpAddr(r.Desc) != "" && r.LocalRegion != nil && !r.LocalRegion.Loc.IsCUDA() &&
+		!strings.HasPrefix(r.RemoteRegion.Location, "cuda")
+}
+
+func tcpAddr(d *wire.SegmentDesc) string {
+	for _, ep := range d.Endpoints {
+		if ep.Transport == "tcp" {
+			return ep.Addr
+		}
+	}
+	return ""
+}
+
+// Submit queues the requests on the peers' streams and returns at once.
+func (t *Transport) Submit(reqs []*core.Request) {
+	states := make([]reqState, len(reqs))
+	for i, r := range reqs {
+		op := opWrite
+		if r.Op == core.OpRead {
+			op = opRead
+		}
+		states[i] = reqState{t: t, r: r, op: op, local: r.Local, remote: r.Remote, n: r.Len, deadline: r.Deadline}
+	}
+	t.reqMu.Lock()
+	for i, r := range reqs {
+		t.reqs[r] = &states[i]
+	}
+	t.reqMu.Unlock()
+	t.start(states, func(i int) (peerKey, string) {
+		r := reqs[i]
+		return peerKey{addr: tcpAddr(r.Desc), incarnation: r.Desc.Incarnation}, r.Peer.Name()
+	})
+}
+
+// Cancel drops the requests as soon as no goroutine is inside their local
+// memory; chunks already sent are answered into scratch.
+func (t *Transport) Cancel(reqs []*core.Request) {
+	states := make([]*reqState, 0, len(reqs))
+	t.reqMu.Lock()
+	for _, r := range reqs {
+		if s := t.reqs[r]; s != nil {
+			states = append(states, s)
+		}
+	}
+	t.reqMu.Unlock()
+	for _, s := range states {
+		s.kill(errCanceled)
+	}
+}
+
+var errCanceled = status.Errorf(status.Canceled, "tcp: request canceled")
+
+// peerKey names one incarnation of a peer: a restarted peer gets a new
+// incarnation, hence new connections.
+type peerKey struct {
+	addr        string
+	incarnation uint64
+}
+
+// pool holds the streams to one peer.
+type pool struct {
+	key   peerKey
+	name  string // the peer's segment name, to invalidate its descriptor
+	conns []*conn
+	cur   int    // stream being filled
+	fill  uint64 // bytes given to it
+	spill [][]*chunk
+}
+
+// start splits the requests into chunks and queues them. key gives the
+// peer of request i.
+func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) {
+	t.inflight.Add(int64(len(states)))
+	total := 0
+	for i := range states {
+		s := &states[i]
+		s.remaining = int((s.n + chunkSize - 1) / chunkSize)
+		total += s.remaining
+	}
+	chunks := make([]chunk, total)
+	var failed []*reqState
+	var failErr []error
+	now := time.Now()
+
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		for i := range states {
+			states[i].kill(core.ErrUninstalled)
+		}
+		return
+	}
+	var p *pool
+	var touched []*pool
+	var stale []*conn
+	next := 0
+	for i := range states {
+		s := &states[i]
+		k, name := key(i)
+		switch {
+		case !s.deadline.IsZero() && !now.Before(s.deadline):
+			failed, failErr = append(failed, s), append(failErr, status.Errorf(status.Timeout, "tcp: deadline passed before the request was sent"))
+			continue
+		case k.addr == "":
+			failed, failErr = append(failed, s), append(failErr, status.Errorf(status.Unsupported, "tcp: peer %s publishes no tcp endpoint", name))
+			continue
+		}
+		if p == nil || p.key != k {
+			p = t.poolLocked(k, name, &stale)
+			if p.spill == nil {
+				p.spill = make([][]*chunk, len(p.conns))
+				touched = append(touched, p)
+			}
+		}
+		for off := uint64(0); off < s.n; off += chunkSize {
+			c := &chunks[next]
+			next++
+			*c = chunk{s: s, off: off, n: uint32(min(chunkSize, s.n-off))}
+			if p.fill > 0 && p.fill+uint64(c.n) > groupBytes {
+				p.cur = (p.cur + 1) % len(p.conns)
+				p.fill = 0
+			}
+			p.fill += uint64(c.n)
+			p.spill[p.cur] = append(p.spill[p.cur], c)
+		}
+	}
+	for _, p := range touched {
+		for i, cs := range p.spill {
+			if len(cs) > 0 {
+				t.connLocked(p, i).enqueue(cs)
+			}
+		}
+		p.spill = nil
+	}
+	t.mu.Unlock()
+	for _, c := range stale {
+		c.fail(status.Errorf(status.TransportError, "tcp: peer at %s restarted", c.pool.key.addr))
+	}
+	for i, s := range failed {
+		s.settleAll(failErr[i])
+	}
+}
+
+// settleAll fails a request none of whose chunks was queued.
+func (s *reqState) settleAll(err error) {
+	s.mu.Lock()
+	s.remaining = 0
+	s.mu.Unlock()
+	s.kill(err)
+}
+
+// poolLocked returns the pool for k, creating it. The connections of
+// earlier incarnations at the same address are added to stale, for the
+// caller to close: that peer is gone.
+func (t *Transport) poolLocked(k peerKey, name string, stale *[]*conn) *pool {
+	if p := t.pools[k]; p != nil {
+		return p
+	}
+	for ok, old := range t.pools {
+		if ok.addr == k.addr {
+			delete(t.pools, ok)
+			for _, c := range old.conns {
+				if c != nil {
+					*stale = append(*stale, c)
+				}
+			}
+		}
+	}
+	p := &pool{key: k, name: name, conns: make([]*conn, max(1, t.streams))}
+	t.pools[k] = p
+	return p
+}
+
+// connLocked returns a live connection for stream i of p, starting one
+// if needed.
+func (t *Transport) connLocked(p *pool, i int) *conn {
+	if c := p.conns[i]; c != nil && !c.isDead() {
+		return c
+	}
+	c := newConn(t, p, i)
+	p.conns[i] = c
+	return c
+}
+
+// dropConn forgets a dead connection.
+func (t *Transport) dropConn(c *conn) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p := c.pool
+	if p.conns[c.slot] == c {
+		p.conns[c.slot] = nil
+	}
+	if t.pools[p.key] != p {
+		return
+	}
+	for _, x := range p.conns {
+		if x != nil {
+			return
+		}
+	}
+	delete(t.pools, p.key)
+}
+
+func (t *Transport) goroutine(f func()) {
+	t.wg.Add(1)
+	t.goroutines.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer t.goroutines.Add(-1)
+		f()
+	}()
+}
+
+// Uninstall stops serving, fails requests in flight with ErrUninstalled,
+// closes every connection and waits for every goroutine.
+func (t *Transport) Uninstall() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	e := t.e
+	var conns []*conn
+	for _, p := range t.pools {
+		for _, c := range p.conns {
+			if c != nil {
+				conns = append(conns, c)
+			}
+		}
+	}
+	srv := make([]net.Conn, 0, len(t.srvConns))
+	for nc := range t.srvConns {
+		srv = append(srv, nc)
+	}
+	t.mu.Unlock()
+	if e != nil {
+		e.HandleConn(core.KindTCPData, nil)
+		t.cancel()
+	}
+	for _, c := range conns {
+		c.fail(core.ErrUninstalled)
+	}
+	for _, nc := range srv {
+		nc.Close()
+	}
+	t.wg.Wait()
+	t.srvWG.Wait()
+	return nil
+}
+
+// Stats reports what the transport holds (connections, goroutines,
+// requests) and what it has done (bytes, dials, failures).
+func (t *Transport) Stats() map[string]int64 {
+	return map[string]int64{
+		"connections":        t.conns.Load(),
+		"server_connections": t.handlers.Load(),
+		"goroutines":         t.goroutines.Load(),
+		"requests_in_flight": t.inflight.Load(),
+		"bytes_sent":         t.sent.Load(),
+		"bytes_received":     t.received.Load(),
+		"dials":              t.dials.Load(),
+		"dial_failures":      t.dialErrs.Load(),
+		"timeouts":           t.timeouts.Load(),
+		"protocol_errors":    t.protoErrs.Load(),
+		"rejected":           t.rejected.Load(),
+	}
+}
