@@ -30,7 +30,7 @@ type conn struct {
 	nc       net.Conn  // nil while dialing
 	queue    ring      // chunks not yet sent
 	sent     ring      // chunks sent, awaiting their replies, in order
-	started  bool // the writer runs
+	started  bool      // the writer runs
 	dead     bool
 	deadline time.Time // the socket's deadline: the earliest of the chunks held, or zero
 	nextID   uint64

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Measures the tcp transport against one iperf3 stream on loopback, in the
+# same run, alternating the two so that a noisy machine affects both.
+#
+#   transport/tcp/testdata/bench.sh [ROUNDS] [BENCH-REGEXP]
+#
+# Prints iperf3's GB/s before each round of `go test -bench`.
+set -euo pipefail
+rounds=${1:-2}
+pattern=${2:-Transfer}
+cd "$(dirname "$0")/.."
+bin=$(mktemp -d)/tcp.test
+go test -c -o "$bin" .
+port=$((20000 + RANDOM % 20000))
+iperf() {
+	iperf3 -s -1 -p "$port" >/dev/null 2>&1 &
+	local srv=$!
+	sleep 0.3
+	iperf3 -c 127.0.0.1 -p "$port" -t 3 -f g | awk '/receiver/ {printf "iperf3 1 stream: %.2f GB/s\n", $7/8}'
+	wait "$srv" || true
+}
+for r in $(seq "$rounds"); do
+	echo "== round $r, $(uptime | sed 's/.*load/load/')"
+	iperf
+	"$bin" -test.run '^$' -test.bench "$pattern" -test.benchtime "${BENCHTIME:-2s}" | grep -E '^Benchmark' |
+		awk '{printf "%-42s %8s GB/s  p50 %8s µs  p99 %8s µs\n", $1, $6, $8, $10}'
+	iperf
+done
