@@ -3,8 +3,8 @@ package tcp_test
 import (
 	"fmt"
 	"os"
-	"strconv"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
