@@ -1,0 +1,216 @@
+package cuda
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/core"
+	cu "github.com/tent-dev/tent/cuda"
+	"github.com/tent-dev/tent/cuda/fakecuda"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/status"
+	_ "github.com/tent-dev/tent/transport/local"
+)
+
+// childEnv selects a child mode of the test binary other than peertest's.
+const childEnv = "TENT_CUDA_TEST_CHILD"
+
+// gpuAccessor lets peertest fill and sum GPU buffers through the driver.
+type gpuAccessor struct{}
+
+func (gpuAccessor) Read(addr, n uint64) ([]byte, error) {
+	d, err := cu.Default()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	return b, d.CopyDtoH(b, addr)
+}
+
+func (gpuAccessor) Write(addr uint64, b []byte) error {
+	d, err := cu.Default()
+	if err != nil {
+		return err
+	}
+	return d.CopyHtoD(addr, b)
+}
+
+func TestMain(m *testing.M) {
+	peertest.Accessors["cuda"] = gpuAccessor{}
+	peertest.Commands["fds"] = func(_ *core.Engine, args []string) (string, error) {
+		n, err := countFDs()
+		if len(args) > 0 {
+			ents, _ := os.ReadDir("/proc/self/fd")
+			var links []string
+			for _, e := range ents {
+				l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+				links = append(links, e.Name()+"->"+l)
+			}
+			return strings.Join(links, " "), nil
+		}
+		return strconv.Itoa(n), err
+	}
+	peertest.Commands["fake"] = func(*core.Engine, []string) (string, error) {
+		d, err := cu.Default()
+		if err != nil {
+			return "", err
+		}
+		f, err := fakecuda.Open(d.Path())
+		if err != nil {
+			return "", err
+		}
+		b, err := json.Marshal(f.Counters())
+		return string(b), err
+	}
+	peertest.Commands["stats"] = func(e *core.Engine, _ []string) (string, error) {
+		b, err := json.Marshal(e.Stats().Transports[Name])
+		return string(b), err
+	}
+	// memalloc SIZE SEED: cuMemAlloc (not VMM) memory, filled, registered
+	// with its location detected; answers its address.
+	peertest.Commands["memalloc"] = func(e *core.Engine, args []string) (string, error) {
+		d, err := cu.Default()
+		if err != nil {
+			return "", err
+		}
+		size, _ := strconv.ParseUint(args[0], 10, 64)
+		seed, _ := strconv.ParseInt(args[1], 10, 64)
+		p, err := d.MemAlloc(0, size)
+		if err != nil {
+			return "", err
+		}
+		if err := d.CopyHtoD(p, peertest.Pattern(seed, size)); err != nil {
+			return "", err
+		}
+		if _, err := e.Register(core.RegionDesc{Addr: p, Len: size}, core.PermRemoteRead|core.PermRemoteWrite); err != nil {
+			return "", err
+		}
+		return strconv.FormatUint(p, 10), nil
+	}
+	if mode := os.Getenv(childEnv); mode != "" {
+		if err := childMain(mode); err != nil {
+			fmt.Fprintf(os.Stderr, "child %s: %v\n", mode, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	peertest.Main()
+	os.Exit(m.Run())
+}
+
+// runChild runs the test binary in a child mode with extra environment.
+func runChild(t *testing.T, mode string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(append(os.Environ(), childEnv+"="+mode), env...)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "child %s:\n%s", mode, out)
+	return string(out)
+}
+
+func childMain(mode string) error {
+	switch mode {
+	case "nodriver":
+		return childNoDriver()
+	}
+	return fmt.Errorf("unknown child mode %q", mode)
+}
+
+// childNoDriver runs with TENT_CUDA_DRIVER naming no library: the engine
+// must create with the cuda transport installed but inert.
+func childNoDriver() error {
+	e, err := core.New(core.Options{Transports: []string{"cuda", "local"}})
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	defer e.Close()
+	var tr *Transport
+	for _, x := range e.Transports() {
+		if c, ok := x.(*Transport); ok {
+			tr = c
+		}
+	}
+	if tr == nil {
+		return fmt.Errorf("cuda transport not installed")
+	}
+	if _, err := tr.Driver(); err == nil || !strings.Contains(err.Error(), "no CUDA driver") {
+		return fmt.Errorf("Driver() error = %v", err)
+	}
+	if g := e.Stats().Transports[Name]["gpus"]; g != 0 {
+		return fmt.Errorf("gpus = %d", g)
+	}
+	buf := make([]byte, 4096)
+	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(buf), Len: 4096}, core.PermRemoteRead)
+	if err != nil {
+		return fmt.Errorf("register host memory: %w", err)
+	}
+	if r.Loc.IsCUDA() {
+		return fmt.Errorf("host memory detected as %s", r.Loc)
+	}
+	req := &core.Request{LocalRegion: r, RemoteRegion: wireRegion("cuda:0", 1)}
+	if tr.Eligible(req) {
+		return fmt.Errorf("eligible without a driver")
+	}
+	_, allocErr := e.Alloc(1<<20, "cuda:0", core.PermRemoteRead)
+	if status.CodeOf(allocErr) != status.Unsupported || !strings.Contains(allocErr.Error(), "no CUDA driver") {
+		return fmt.Errorf("Alloc(cuda:0) = %v, want Unsupported naming the missing driver", allocErr)
+	}
+	d, err := e.Descriptor()
+	if err != nil {
+		return err
+	}
+	for _, ep := range d.Endpoints {
+		if ep.Transport == Name {
+			return fmt.Errorf("endpoint published without a driver")
+		}
+	}
+	fmt.Println("alloc error:", allocErr)
+	return nil
+}
+
+// countFDs counts this process's open file descriptors.
+func countFDs() (int, error) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return 0, err
+	}
+	return len(ents) - 1, nil
+}
+
+func fdCount(t *testing.T) int {
+	t.Helper()
+	n, err := countFDs()
+	require.NoError(t, err)
+	return n
+}
+
+// waitFDs waits (briefly: closes by other goroutines) for the fd count.
+func waitFDs(t *testing.T, want int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := fdCount(t)
+		if n == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			ents, _ := os.ReadDir("/proc/self/fd")
+			var links []string
+			for _, e := range ents {
+				l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+				links = append(links, e.Name()+"->"+l)
+			}
+			t.Fatalf("open fds: %d, want %d\n%s", n, want, strings.Join(links, "\n"))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,450 @@
+package cuda
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+// export is a GPU allocation of this engine that peers may import: the
+// registered region and the allocator's record of it.
+type export struct {
+	region *core.Region
+	rec    *allocRec
+	attach []byte // fabric attachment, nil when the allocation has none
+}
+
+// server is the target side: an abstract-namespace Unix listener for
+// same-host peers (fd passing) plus the sessions that arrive through the
+// engine's own listener (KindCUDA, leases for fabric imports).
+type server struct {
+	t    *Transport
+	e    *core.Engine
+	ln   *net.UnixListener
+	addr string
+
+	mu     sync.Mutex
+	conns  map[net.Conn]struct{}
+	served map[*sconn]struct{}
+	closed bool
+	wg     sync.WaitGroup
+
+	nextLease atomic.Uint64
+	leases    atomic.Int64 // live leases, all sessions
+}
+
+func newServer(t *Transport, e *core.Engine) (*server, error) {
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	addr := fmt.Sprintf("@tent-cuda-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:]))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return nil, status.Errorf(status.TransportError, "cuda: listen on %s: %w", addr, err)
+	}
+	s := &server{t: t, e: e, ln: ln, addr: addr, conns: map[net.Conn]struct{}{}, served: map[*sconn]struct{}{}}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	return s, nil
+}
+
+func (s *server) acceptLoop() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			return // closed
+		}
+		if !s.track(c) {
+			c.Close()
+			return
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer s.untrack(c)
+			// Abstract sockets have no file permissions: only processes of
+			// our own user (or root) may import our memory, secret or not.
+			uid, err := peerUID(c)
+			if err != nil || (uid != os.Getuid() && uid != 0) {
+				return
+			}
+			_, _, err = wire.ServerHandshake(c, wire.HandshakeConfig{
+				Secret: s.e.Options().Secret, Deadline: time.Now().Add(core.HandshakeTimeout), LocalName: s.e.Name(),
+			})
+			if err != nil {
+				return
+			}
+			s.serve(c, c)
+		}()
+	}
+}
+
+// serveTCP serves a session that arrived through the engine's listener
+// (already authenticated); the engine closes c when it returns.
+func (s *server) serveTCP(c net.Conn) {
+	if !s.track(c) {
+		return
+	}
+	s.wg.Add(1)
+	defer s.wg.Done()
+	defer s.untrack(c)
+	s.serve(c, nil)
+}
+
+// track adds c to the connections closed by close; false once closed.
+// The caller holds a wg count only after track succeeded.
+func (s *server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *server) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+	c.Close()
+}
+
+func (s *server) connCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.conns)
+}
+
+// close stops accepting, closes every session (which releases its leases)
+// and waits for the goroutines.
+func (s *server) close() {
+	s.mu.Lock()
+	s.closed = true
+	conns := make([]net.Conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	s.ln.Close()
+	for _, c := range conns {
+		c.Close()
+	}
+	s.wg.Wait()
+}
+
+// lease is a set of regions held (Acquire) for one initiator batch.
+type lease struct {
+	regions []*core.Region
+	timer   *time.Timer
+	once    sync.Once
+}
+
+// sconn is the state of one served session.
+type sconn struct {
+	s   *server
+	c   net.Conn
+	uc  *net.UnixConn // nil for sessions over the engine's TCP listener
+	wmu sync.Mutex
+
+	mu       sync.Mutex
+	leases   map[uint64]*lease
+	imported map[uint64]bool // allocations this session was given an fd of
+}
+
+func (sc *sconn) write(typ uint8, payload []byte, fds []int) error {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.e.Options().DefaultTimeout))
+	if len(fds) > 0 {
+		return writeFrameFDs(sc.uc, typ, payload, fds)
+	}
+	return wire.WriteFrame(sc.c, typ, payload)
+}
+
+// serve answers one session until it fails or is closed, then releases the
+// leases it still holds.
+func (s *server) serve(c net.Conn, uc *net.UnixConn) {
+	sc := &sconn{s: s, c: c, uc: uc, leases: map[uint64]*lease{}, imported: map[uint64]bool{}}
+	s.mu.Lock()
+	s.served[sc] = struct{}{}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.served, sc)
+		s.mu.Unlock()
+		sc.releaseAll()
+	}()
+	enc := wire.NewEncoder(nil)
+	enc.U64(s.e.Incarnation())
+	enc.U32(uint32(os.Getpid()))
+	if sc.write(msgHello, enc.Out(), nil) != nil {
+		return
+	}
+	var buf []byte
+	for {
+		typ, payload, err := wire.ReadFrame(c, maxFrame, buf)
+		if err != nil {
+			return
+		}
+		buf = payload[:0]
+		d := wire.NewDecoder(payload)
+		switch typ {
+		case msgImport:
+			id := d.U64()
+			alloc := d.U64()
+			if d.Finish() != nil {
+				return
+			}
+			if sc.handleImport(id, alloc) != nil {
+				return
+			}
+		case msgLease:
+			if sc.handleLease(&d) != nil {
+				return
+			}
+		case msgRelease:
+			id := d.U64()
+			if d.Finish() != nil {
+				return
+			}
+			sc.release(id)
+		default:
+			return // the peer speaks something else
+		}
+	}
+}
+
+// handleImport exports the allocation's handle as an fd and sends it.
+func (sc *sconn) handleImport(id, alloc uint64) error {
+	t := sc.s.t
+	fd, base, size, err := t.exportFD(alloc, sc.uc != nil)
+	enc := wire.NewEncoder(nil)
+	enc.U64(id)
+	nfd := uint32(0)
+	if err == nil {
+		nfd = 1
+	}
+	enc.U32(nfd)
+	putStatus(&enc, err)
+	enc.U64(base)
+	enc.U64(size)
+	if err != nil {
+		return sc.write(msgImported, enc.Out(), nil)
+	}
+	sc.mu.Lock()
+	sc.imported[alloc] = true
+	sc.mu.Unlock()
+	werr := sc.write(msgImported, enc.Out(), []int{fd})
+	closeFDs([]int{fd}) // the message carries its own duplicate
+	return werr
+}
+
+// exportFD checks that alloc is a registered GPU allocation of this engine
+// that permits some remote access, and exports it as a new fd.
+func (t *Transport) exportFD(alloc uint64, unixSession bool) (fd int, base, size uint64, err error) {
+	if !unixSession {
+		return -1, 0, 0, status.Errorf(status.Unsupported,
+			"cuda: file descriptors travel only over the same-host Unix endpoint")
+	}
+	t.mu.Lock()
+	ex := t.exports[alloc]
+	e := t.e
+	t.mu.Unlock()
+	if ex == nil || e == nil {
+		return -1, 0, 0, status.Errorf(status.NotFound, "cuda: allocation %d is not registered GPU memory here", alloc)
+	}
+	r, err := e.Acquire(ex.region.Addr, ex.region.Len, core.AccessLocal)
+	if err != nil {
+		return -1, 0, 0, err
+	}
+	defer e.Release(r)
+	if r != ex.region {
+		return -1, 0, 0, status.Errorf(status.NotFound, "cuda: allocation %d is no longer registered", alloc)
+	}
+	if r.Perm == 0 {
+		return -1, 0, 0, status.Errorf(status.PermissionDenied,
+			"cuda: allocation %d [%#x, %#x) permits no remote access", alloc, r.Addr, r.End())
+	}
+	fd, err = ex.rec.m.ExportFD()
+	if err != nil {
+		t.exportFailures.Add(1)
+		return -1, 0, 0, status.Errorf(status.CodeOf(err), "cuda: exporting allocation %d: %w", alloc, err)
+	}
+	t.exportsTotal.Add(1)
+	return fd, r.Addr, r.Len, nil
+}
+
+// handleLease acquires each requested range and answers with one status
+// per range; the granted ranges stay held until release, the end of the
+// session, or the ttl plus leaseGrace.
+func (sc *sconn) handleLease(d *wire.Decoder) error {
+	s := sc.s
+	id := d.U64()
+	ttl := time.Duration(d.U64()) * time.Millisecond
+	n := d.Count(maxRanges, 17)
+	type rng struct {
+		addr, len uint64
+		write     bool
+	}
+	ranges := make([]rng, 0, n)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		addr, ln := d.U64(), d.U64()
+		w := d.U8()
+		if w > 1 {
+			d.Fail(status.Errorf(status.Protocol, "cuda: lease range %d: bad access %d", i, w))
+		}
+		ranges = append(ranges, rng{addr, ln, w == 1})
+	}
+	if d.Finish() != nil {
+		return d.Err()
+	}
+	if ttl > maxTTL || ttl < 0 {
+		ttl = maxTTL
+	}
+	e := s.e
+	l := &lease{}
+	enc := wire.NewEncoder(make([]byte, 0, 64+len(ranges)*64))
+	var body wire.Encoder
+	body.Reset(make([]byte, 0, len(ranges)*64))
+	for _, q := range ranges {
+		access := core.AccessRemoteRead
+		if q.write {
+			access = core.AccessRemoteWrite
+		}
+		r, err := e.Acquire(q.addr, q.len, access)
+		if err != nil {
+			s.t.leasesDenied.Add(1)
+			putStatus(&body, err)
+			body.U64(0)
+			body.U64(0)
+			body.U64(0)
+			body.U8(0)
+			body.String("")
+			continue
+		}
+		l.regions = append(l.regions, r)
+		putStatus(&body, nil)
+		var alloc uint64
+		if r.Alloc != nil {
+			alloc = r.Alloc.ID
+		}
+		body.U64(alloc)
+		body.U64(r.Addr)
+		body.U64(r.Len)
+		isCUDA := uint8(0)
+		if r.Loc.IsCUDA() {
+			isCUDA = 1
+		}
+		body.U8(isCUDA)
+		body.String(s.t.uuidOf(r.Loc.Device, r.Loc.IsCUDA()))
+	}
+	var leaseID uint64
+	if len(l.regions) > 0 {
+		leaseID = s.nextLease.Add(1)
+		s.leases.Add(1)
+		s.t.leasesTotal.Add(1)
+		l.timer = time.AfterFunc(ttl+leaseGrace, func() { sc.release(leaseID) })
+		sc.mu.Lock()
+		sc.leases[leaseID] = l
+		sc.mu.Unlock()
+	}
+	enc.U64(id)
+	enc.U64(leaseID)
+	enc.U32(uint32(len(ranges)))
+	enc.Raw(body.Out())
+	return sc.write(msgLeased, enc.Out(), nil)
+}
+
+// release ends a lease once (unknown ids are ignored: expired already).
+func (sc *sconn) release(id uint64) {
+	sc.mu.Lock()
+	l := sc.leases[id]
+	delete(sc.leases, id)
+	sc.mu.Unlock()
+	if l != nil {
+		sc.s.drop(l)
+	}
+}
+
+func (sc *sconn) releaseAll() {
+	sc.mu.Lock()
+	ls := sc.leases
+	sc.leases = map[uint64]*lease{}
+	sc.mu.Unlock()
+	for _, l := range ls {
+		sc.s.drop(l)
+	}
+}
+
+func (s *server) drop(l *lease) {
+	l.once.Do(func() {
+		if l.timer != nil {
+			l.timer.Stop()
+		}
+		for _, r := range l.regions {
+			s.e.Release(r)
+		}
+		s.leases.Add(-1)
+	})
+}
+
+// revoke tells the sessions that imported any of allocs that they are
+// gone, so the importers release their mappings (which keep the memory
+// alive) without waiting for their next transfer. Best effort, in the
+// background: the importers also find out from the descriptor and the
+// leases.
+func (s *server) revoke(allocs []uint64) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
+	type job struct {
+		sc     *sconn
+		allocs []uint64
+	}
+	var jobs []job
+	for sc := range s.served {
+		var mine []uint64
+		sc.mu.Lock()
+		for _, a := range allocs {
+			if sc.imported[a] {
+				mine = append(mine, a)
+				delete(sc.imported, a)
+			}
+		}
+		sc.mu.Unlock()
+		if len(mine) > 0 {
+			jobs = append(jobs, job{sc, mine})
+		}
+	}
+	if len(jobs) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.wg.Done()
+		for _, j := range jobs {
+			enc := wire.NewEncoder(nil)
+			enc.U32(uint32(len(j.allocs)))
+			for _, a := range j.allocs {
+				enc.U64(a)
+			}
+			if j.sc.write(msgRevoke, enc.Out(), nil) != nil {
+				j.sc.c.Close()
+			}
+		}
+	}()
+}
