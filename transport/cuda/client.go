@@ -125,6 +125,13 @@ func (t *Transport) dial(e *core.Engine, desc *wire.SegmentDesc, tcp bool, deadl
 			}
 			return nil, status.Errorf(code, "cuda: connect to %s at %s: %w", desc.Name, addr, err)
 		}
+		// Until the session is registered, Uninstall finds the connection
+		// here and closes it, rather than waiting out a slow handshake.
+		if !t.trackDial(c, true) {
+			c.Close()
+			return nil, core.ErrUninstalled
+		}
+		defer t.trackDial(c, false)
 		if _, err := wire.ClientHandshake(c, wire.HandshakeConfig{
 			Secret: e.Options().Secret, Deadline: deadline, LocalName: e.Name(),
 		}, KindCUDA); err != nil {
@@ -187,6 +194,9 @@ func (s *session) readLoop() {
 	t := s.t
 	defer t.readers.Done()
 	defer func() {
+		if p := recover(); p != nil { // a bug here must not take the host process down
+			s.fail(status.Errorf(status.Internal, "cuda: session reader panicked: %v", p))
+		}
 		// Fds that arrived for nobody, and the session's imports: a dead
 		// session means the target can no longer grant leases over it.
 		if s.fdr != nil {
@@ -440,4 +450,20 @@ func (s *session) release(id uint64) {
 	enc := wire.NewEncoder(nil)
 	enc.U64(id)
 	_ = s.write(msgRelease, enc.Out(), time.Now().Add(5*time.Second))
+}
+
+// trackDial adds (or removes) a connection being set up; it reports false
+// when the transport is closed.
+func (t *Transport) trackDial(c net.Conn, add bool) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !add {
+		delete(t.dialing, c)
+		return true
+	}
+	if t.closed {
+		return false
+	}
+	t.dialing[c] = struct{}{}
+	return true
 }

@@ -264,9 +264,9 @@ func TestLeaseProtocol(t *testing.T) {
 	b0, b1 := peer.Buffers[0], peer.Buffers[1]
 	id, gs, err := s.lease([]leaseRange{
 		{addr: b0.Addr, len: size, write: true},
-		{addr: b1.Addr, len: 10, write: true},       // read-only region
-		{addr: b0.Addr + size - 10, len: 20},        // runs past the region
-		{addr: 4096, len: 10},                       // not registered
+		{addr: b1.Addr, len: 10, write: true},        // read-only region
+		{addr: b0.Addr + size - 10, len: 20},         // runs past the region
+		{addr: 4096, len: 10},                        // not registered
 		{addr: b1.Addr + 100, len: 10, write: false}, // fine
 	}, time.Now().Add(5*time.Second))
 	require.NoError(t, err)
@@ -685,4 +685,49 @@ func TestSecretRequired(t *testing.T) {
 	require.NoError(t, e.Close())
 	require.NoError(t, other.Close())
 	f.AssertClean(t)
+}
+
+// TestCancelInFlight: a batch destroyed while its copy has not started:
+// the transport drops the request (Canceled) and lets go of it at once.
+func TestCancelInFlight(t *testing.T) {
+	f, _ := useFake(t)
+	const size = 2 * gran
+	peer := startPeer(t, f, []peertest.Buffer{gpuBuf(size)})
+	e, tr := newEngine(t, "cuda")
+	seg := open(t, e, peer.Name)
+	lr, err := e.Alloc(size, "cuda:0", rw)
+	require.NoError(t, err)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	testHook = func(s string) {
+		if s == "leased" {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	b, err := e.Submit([]core.TransferRequest{{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size}},
+		core.TransferOptions{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	<-entered
+	canceled := make(chan bool, 1)
+	go func() { canceled <- b.Cancel() }()
+	eventually(t, "cancel reached the transport", func() bool {
+		tr.mu.Lock()
+		defer tr.mu.Unlock()
+		for _, c := range tr.active {
+			if c {
+				return true
+			}
+		}
+		return false
+	})
+	close(release)
+	require.True(t, <-canceled)
+	code, _ := b.Wait(-1)
+	require.Equal(t, status.Canceled, code)
+	require.Zero(t, tr.Stats()["inflight"])
+	eventually(t, "peer leases released", func() bool { return peerStats(t, peer)["leases"] == 0 })
+	testHook = nil
+	require.NoError(t, e.Close())
+	f.AssertClean(t)
+	require.NoError(t, peer.Stop())
 }

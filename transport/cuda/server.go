@@ -71,6 +71,7 @@ func (s *server) acceptLoop() {
 		go func() {
 			defer s.wg.Done()
 			defer s.untrack(c)
+			defer func() { _ = recover() }() // a bug here must not take the host process down
 			// Abstract sockets have no file permissions: only processes of
 			// our own user (or root) may import our memory, secret or not.
 			uid, err := peerUID(c)

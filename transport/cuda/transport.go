@@ -43,6 +43,7 @@ type Transport struct {
 	// initiator side
 	cache    map[importKey]*entry
 	sessions map[sessKey]*session
+	dialing  map[net.Conn]struct{}
 	peers    map[*core.Peer]peerView
 	pools    map[int]*streamPool
 	active   map[*core.Request]bool // requests held; true once canceled
@@ -90,6 +91,7 @@ func (t *Transport) Install(e *core.Engine) error {
 	t.gen++
 	t.cache = map[importKey]*entry{}
 	t.sessions = map[sessKey]*session{}
+	t.dialing = map[net.Conn]struct{}{}
 	t.peers = map[*core.Peer]peerView{}
 	t.pools = map[int]*streamPool{}
 	t.active = map[*core.Request]bool{}
@@ -173,6 +175,9 @@ func (t *Transport) Uninstall() error {
 	sessions := make([]*session, 0, len(t.sessions))
 	for _, s := range t.sessions {
 		sessions = append(sessions, s)
+	}
+	for c := range t.dialing {
+		c.Close()
 	}
 	srv := t.srv
 	t.mu.Unlock()
