@@ -21,7 +21,10 @@ BUILD   := build
 LIB     := $(BUILD)/libtent.so
 HEADER  := include/tent.h
 # Only the tent_* functions are exported (see capi/exports.map).
-LIB_LDFLAGS := -extldflags=-Wl,--version-script=$(CURDIR)/capi/exports.map
+# The map's digest is part of the flags because Go caches links by their
+# flags, not by the content of files the flags name.
+LIB_LDFLAGS := -extldflags=-Wl,--version-script=$(CURDIR)/capi/exports.map \
+               -X main.exportsDigest=$(shell cksum < capi/exports.map | cut -d' ' -f1)
 GO_TEST_TIMEOUT ?= 4m
 
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -Iinclude -Itests/c -g

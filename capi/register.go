@@ -113,12 +113,19 @@ func tentgo_unregister(id C.uint64_t, rid C.uint64_t) (st C.tent_status) {
 	if err != nil {
 		return fail(err)
 	}
+	if r.r.Alloc != nil {
+		return fail(errAllocated)
+	}
 	if err := e.core.Unregister(r.r); err != nil {
 		return fail(staleIfUnregistered(err))
 	}
 	_, _ = table.Remove(handles.Region, uint64(rid))
 	return ok()
 }
+
+// errAllocated: memory from tent_alloc must go back through tent_free, or
+// the allocation would outlive its registration unnoticed.
+var errAllocated = status.Errorf(status.InvalidArgument, "region was allocated by tent_alloc: release it with tent_free")
 
 // staleIfUnregistered: a handle whose region the core no longer knows was
 // unregistered by a concurrent call, so to the caller it is stale.
@@ -159,6 +166,9 @@ func tentgo_unregister_batch(id C.uint64_t, regions *C.uintptr_t, n C.size_t) (s
 			return fail(status.Errorf(status.InvalidArgument, "entries %d and %d are the same region handle", j, i))
 		}
 		seen[rid] = i
+		if r.r.Alloc != nil {
+			return fail(status.Errorf(status.InvalidArgument, "entry %d: %w", i, errAllocated))
+		}
 		rs[i] = r.r
 	}
 	if err := e.core.UnregisterBatch(rs); err != nil {

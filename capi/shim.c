@@ -271,3 +271,102 @@ tent_status tent_topology_json(char *buf, size_t cap, size_t *len_out) {
   ENTER();
   return tentgo_topology_json(buf, cap, len_out);
 }
+
+/* ---- Allocation -------------------------------------------------------- */
+
+tent_status tent_alloc(tent_engine *engine, size_t size, const char *location, uint32_t flags,
+                       void **addr_out, tent_region **region_out) {
+  ENTER();
+  uintptr_t addr = 0;
+  uint64_t id = 0;
+  tent_status st = tentgo_alloc(ID(engine), size, (char *)location, flags,
+                                addr_out ? &addr : NULL, region_out ? &id : NULL);
+  if (st == TENT_OK) {
+    *addr_out = (void *)addr;
+    *region_out = HANDLE(tent_region, id);
+  }
+  return st;
+}
+
+tent_status tent_free(tent_engine *engine, tent_region *region) {
+  ENTER();
+  if (region == NULL) {
+    return TENT_OK;
+  }
+  return tentgo_free(ID(engine), ID(region));
+}
+
+/* ---- Segments ---------------------------------------------------------- */
+
+tent_status tent_segment_open(tent_engine *engine, const char *name, tent_segment **segment_out) {
+  ENTER();
+  uint64_t id = 0;
+  tent_status st = tentgo_segment_open(ID(engine), (char *)name, segment_out ? &id : NULL);
+  if (st == TENT_OK) {
+    *segment_out = HANDLE(tent_segment, id);
+  }
+  return st;
+}
+
+tent_status tent_segment_close(tent_engine *engine, tent_segment *segment) {
+  ENTER();
+  if (segment == NULL) {
+    return TENT_OK;
+  }
+  return tentgo_segment_close(ID(engine), ID(segment));
+}
+
+/* ---- Transfers --------------------------------------------------------- */
+
+tent_status tent_transfer(tent_engine *engine, const tent_request *requests, size_t n,
+                          const tent_transfer_options *opts, tent_batch **batch_out) {
+  ENTER();
+  uint64_t id = 0;
+  tent_status st = tentgo_transfer(ID(engine), (tent_request *)requests, n,
+                                   (tent_transfer_options *)opts, batch_out ? &id : NULL);
+  if (st == TENT_OK) {
+    *batch_out = HANDLE(tent_batch, id);
+  }
+  return st;
+}
+
+tent_status tent_batch_status(tent_batch *batch, tent_request_status *out, size_t n,
+                              size_t *completed_out) {
+  ENTER();
+  return tentgo_batch_status(ID(batch), out, n, completed_out);
+}
+
+tent_status tent_batch_wait(tent_batch *batch, int64_t timeout_ms) {
+  ENTER();
+  return tentgo_batch_wait(ID(batch), timeout_ms);
+}
+
+tent_status tent_batch_destroy(tent_batch *batch) {
+  ENTER();
+  if (batch == NULL) {
+    return TENT_OK;
+  }
+  return tentgo_batch_destroy(ID(batch));
+}
+
+tent_status tent_transfer_sync(tent_engine *engine, const tent_request *requests, size_t n,
+                               const tent_transfer_options *opts,
+                               tent_request_status *statuses_out) {
+  ENTER();
+  return tentgo_transfer_sync(ID(engine), (tent_request *)requests, n,
+                              (tent_transfer_options *)opts, statuses_out);
+}
+
+/* ---- Notifications ----------------------------------------------------- */
+
+tent_status tent_notify_send(tent_engine *engine, tent_segment *segment, const void *msg,
+                             size_t len) {
+  ENTER();
+  return tentgo_notify_send(ID(engine), ID(segment), (void *)msg, len);
+}
+
+tent_status tent_notify_recv(tent_engine *engine, int64_t timeout_ms, void *buf, size_t cap,
+                             size_t *len_out, char *from, size_t from_cap) {
+  ENTER();
+  return tentgo_notify_recv(ID(engine), timeout_ms, buf, cap, len_out, from, from_cap);
+}

@@ -109,7 +109,7 @@ typedef int32_t tent_status;
 const char *tent_status_str(tent_status status);
 
 /* The message of the last failure on the calling thread, or "" if the last
- * call succeeded. Owned by the library; valid until the next tent call on
+ * call that returns a tent_status succeeded. Owned by the library; valid until the next tent call on
  * the same thread. Never NULL; never fails. */
 const char *tent_last_error(void);
 
@@ -150,7 +150,8 @@ typedef struct tent_engine_options {
  * TIMEOUT (metadata service). */
 tent_status tent_engine_create(const tent_engine_options *opts, tent_engine **engine_out);
 
-/* Destroys an engine: transfers in flight fail with TENT_ERR_CLOSED, every
+/* Destroys an engine (its handle is invalid afterwards, even if an error is
+ * reported while releasing): transfers in flight fail with TENT_ERR_CLOSED, every
  * transport is uninstalled, every region unregistered, every segment and
  * batch handle of the engine becomes invalid, and everything the engine
  * acquired (sockets, mappings, fds, threads) is released. NULL is a no-op. */
@@ -197,7 +198,8 @@ tent_status tent_register_batch(tent_engine *engine, const tent_region_desc *des
 /* Unregisters a region and invalidates its handle. Transfers using the
  * region are waited for, up to the engine's unregister timeout; if they are
  * still running then, returns TENT_ERR_BUSY and the region stays
- * registered (and its handle valid). NULL is a no-op. */
+ * registered (and its handle valid). NULL is a no-op. A region from
+ * tent_alloc is TENT_ERR_INVALID_ARGUMENT: release it with tent_free. */
 tent_status tent_unregister(tent_engine *engine, tent_region *region);
 
 /* Unregisters n regions, all or none (same waiting rule as tent_unregister).
