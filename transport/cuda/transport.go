@@ -307,6 +307,8 @@ func checkLocation(d *cu.Driver, r *core.Region) error {
 	}
 	isDev := pa.Type == cu.MemoryDevice && !pa.Managed
 	switch {
+	case pa.Managed:
+		return nil // host and devices can both touch it: either location works
 	case r.Loc.IsCUDA() && !isDev:
 		return status.Errorf(status.InvalidArgument,
 			"[%#x, %#x) is registered as %s but the CUDA driver says it is not GPU memory", r.Addr, r.End(), r.Loc)
