@@ -64,6 +64,29 @@ static void child_calls(tent_engine *e, tent_region *r, void *buf) {
   child_expect("tent_engine_stats", tent_engine_stats(e, &s));
   child_expect("tent_engine_stats_json", tent_engine_stats_json(e, out, sizeof out, &n));
   child_expect("tent_topology_json", tent_topology_json(out, sizeof out, &n));
+  {
+    void *addr = NULL;
+    tent_region *ar = NULL;
+    tent_segment *seg = NULL;
+    tent_batch *b = NULL;
+    tent_request req = {TENT_OP_WRITE, 0, buf, NULL, 0, 1};
+    tent_request_status rs_out[1];
+    size_t len = 0;
+    child_expect("tent_alloc", tent_alloc(e, 4096, "cpu", RW, &addr, &ar));
+    child_expect("tent_free", tent_free(e, ar));
+    child_expect("tent_free(NULL)", tent_free(e, NULL));
+    child_expect("tent_segment_open", tent_segment_open(e, "127.0.0.1:1", &seg));
+    child_expect("tent_segment_close", tent_segment_close(e, seg));
+    child_expect("tent_segment_close(NULL)", tent_segment_close(e, NULL));
+    child_expect("tent_transfer", tent_transfer(e, &req, 1, NULL, &b));
+    child_expect("tent_transfer_sync", tent_transfer_sync(e, &req, 1, NULL, rs_out));
+    child_expect("tent_batch_status", tent_batch_status(b, rs_out, 1, &len));
+    child_expect("tent_batch_wait", tent_batch_wait(b, 0));
+    child_expect("tent_batch_destroy", tent_batch_destroy(b));
+    child_expect("tent_batch_destroy(NULL)", tent_batch_destroy(NULL));
+    child_expect("tent_notify_send", tent_notify_send(e, seg, "x", 1));
+    child_expect("tent_notify_recv", tent_notify_recv(e, 0, out, sizeof out, &len, NULL, 0));
+  }
   child_expect("tent_unregister_batch", tent_unregister_batch(e, &r, 1));
   child_expect("tent_unregister", tent_unregister(e, r));
   child_expect("tent_unregister(NULL)", tent_unregister(e, NULL));
