@@ -1,0 +1,498 @@
+//go:build linux
+
+package shm
+
+import (
+	"errors"
+	"runtime/debug"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/status"
+)
+
+// testHookProcessVM, when set, runs before every process_vm call; an
+// error it returns is taken as the call's error (tests force the kernel's
+// refusal with it).
+var testHookProcessVM atomic.Pointer[func(op core.Op) error]
+
+// testHookBeforeCopy, when set, runs when a job holds its lease and is
+// about to copy; testHookGrant runs when the target is about to check a
+// lease. Tests block in them to cancel or uninstall at those points.
+var testHookBeforeCopy, testHookGrant atomic.Pointer[func()]
+
+// job carries the requests of one Submit call through their leases. Jobs
+// and their buffers are reused, so the hot path allocates per batch, not
+// per request.
+type job struct {
+	t      *Transport
+	reqs   []*core.Request
+	cancel []atomic.Bool
+	errs   []error
+	grant  []grantEntry
+
+	enc      []byte        // the lease frame
+	reply    []byte        // the grant's entries, copied by the reader
+	grantTTL time.Duration // set by the reader with reply
+	granted  chan struct{} // the reader delivered the grant (cap 1)
+	wake     chan struct{} // Cancel marked some requests (cap 1)
+	timer    *time.Timer
+
+	// State of the lease being copied.
+	c       *conn
+	stop    time.Time // no copy step starts after this
+	unTimed uint64    // bytes copied since the clock was last read
+	cur     int       // request being copied (for the fault handler)
+	curMap  *mapping  // mapping referenced by the copy in progress
+	pv      [2]pvmBatch
+}
+
+// pvmBatch collects the iovecs of one direction for one process_vm call.
+type pvmBatch struct {
+	local  []unix.Iovec
+	remote []unix.RemoteIovec
+	owner  []int32 // request index of each iovec
+	bytes  uint64
+}
+
+func (b *pvmBatch) reset() {
+	b.local, b.remote, b.owner, b.bytes = b.local[:0], b.remote[:0], b.owner[:0], 0
+}
+
+// getJobLocked returns a reset job holding reqs; t.mu is held.
+func (t *Transport) getJobLocked(reqs []*core.Request) *job {
+	var j *job
+	if n := len(t.free); n > 0 {
+		j = t.free[n-1]
+		t.free = t.free[:n-1]
+	} else {
+		j = &job{t: t, granted: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	}
+	n := len(reqs)
+	j.reqs = append(j.reqs[:0], reqs...)
+	if cap(j.cancel) < n {
+		j.cancel = make([]atomic.Bool, n)
+	} else {
+		j.cancel = j.cancel[:n]
+		for i := range j.cancel {
+			j.cancel[i].Store(false)
+		}
+	}
+	if cap(j.errs) < n {
+		j.errs = make([]error, n)
+	} else {
+		j.errs = j.errs[:n]
+	}
+	select {
+	case <-j.wake:
+	default:
+	}
+	return j
+}
+
+func (t *Transport) putJob(j *job) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.jobs, j)
+	clear(j.reqs)
+	clear(j.errs)
+	j.reqs, j.errs = j.reqs[:0], j.errs[:0]
+	j.c, j.curMap = nil, nil
+	if !t.closed && len(t.free) < 64 && cap(j.reqs) <= 1<<16 {
+		t.free = append(t.free, j)
+	}
+}
+
+// run moves the job's requests, one lease per run of requests to the same
+// peer (at most MaxLeaseEntries), and completes each run.
+func (t *Transport) run(j *job) {
+	defer t.putJob(j)
+	t.requests.Add(int64(len(j.reqs)))
+	for lo := 0; lo < len(j.reqs); {
+		hi := lo + 1
+		for hi < len(j.reqs) && hi-lo < MaxLeaseEntries &&
+			j.reqs[hi].Peer == j.reqs[lo].Peer && j.reqs[hi].Desc == j.reqs[lo].Desc {
+			hi++
+		}
+		j.lease(lo, hi)
+		for i := lo; i < hi; i++ {
+			r := j.reqs[i]
+			if err := j.errs[i]; err != nil {
+				r.Done(0, err)
+			} else {
+				r.Done(r.Len, nil)
+			}
+		}
+		lo = hi
+	}
+}
+
+// lease obtains a lease for reqs[lo:hi], copies what was granted and gives
+// the lease back. Outcomes are left in j.errs.
+func (j *job) lease(lo, hi int) {
+	t := j.t
+	reqs := j.reqs[lo:hi]
+	fail := func(err error) {
+		for i := lo; i < hi; i++ {
+			if j.errs[i] == nil {
+				j.errs[i] = err
+			}
+		}
+	}
+	deadline := reqs[0].Deadline
+	for _, r := range reqs[1:] {
+		if r.Deadline.Before(deadline) {
+			deadline = r.Deadline
+		}
+	}
+	switch {
+	case t.closing.Load():
+		fail(core.ErrUninstalled)
+		return
+	case !time.Now().Before(deadline):
+		fail(status.Errorf(status.Timeout, "shm: deadline passed before the transfer started"))
+		return
+	case j.allCanceled(lo, hi):
+		fail(errCanceled)
+		return
+	}
+	cl, err := t.clientFor(reqs[0])
+	if err != nil {
+		fail(err)
+		return
+	}
+	c, err := cl.connect(deadline)
+	if err != nil {
+		fail(err)
+		return
+	}
+	c.checkEpoch(reqs[0].Peer, reqs[0].Desc)
+
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		fail(status.Errorf(status.TransportError, "shm: connection to %s lost", cl.name))
+		return
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = j
+	c.mu.Unlock()
+	sent := time.Now()
+	j.enc = appendLease(j.enc[:0], id, deadline.Sub(sent), reqs)
+	if err := c.write(j.enc, deadline); err != nil {
+		fail(err)
+		return
+	}
+	if err := j.await(c, id, lo, hi, deadline); err != nil {
+		fail(err)
+		return
+	}
+	if cap(j.grant) < len(reqs) {
+		j.grant = make([]grantEntry, len(reqs))
+	}
+	j.grant = j.grant[:len(reqs)]
+	if err := decodeGrantEntries(j.reply, j.grant); err != nil {
+		c.fail(err) // closing the connection releases the lease
+		fail(status.Errorf(status.Protocol, "shm: bad grant from %s: %w", cl.name, err))
+		return
+	}
+	j.c = c
+	j.stop = sent.Add(j.grantTTL)
+	if deadline.Before(j.stop) {
+		j.stop = deadline
+	}
+	j.copyAll(lo, hi)
+	j.c = nil
+	c.release(id)
+	clear(j.grant) // drop refusal messages
+}
+
+var errCanceled = status.Errorf(status.Canceled, "shm: request canceled before its copy")
+
+func (j *job) allCanceled(lo, hi int) bool {
+	for i := lo; i < hi; i++ {
+		if !j.cancel[i].Load() {
+			return false
+		}
+	}
+	return true
+}
+
+// await waits for the grant of lease id. Whatever ends the wait early
+// (deadline, dead connection, uninstall, cancel of every request), a grant
+// that was delivered meanwhile is given back.
+func (j *job) await(c *conn, id uint64, lo, hi int, deadline time.Time) error {
+	t := j.t
+	if j.timer == nil {
+		j.timer = time.NewTimer(time.Until(deadline))
+	} else {
+		j.timer.Reset(time.Until(deadline))
+	}
+	defer j.timer.Stop()
+	var reason error
+wait:
+	for {
+		select {
+		case <-j.granted:
+			return nil
+		case <-c.dead:
+			reason = status.Errorf(status.TransportError, "shm: connection to %s lost while waiting for a lease: %v",
+				c.cl.name, c.deadErr())
+			break wait
+		case <-j.timer.C:
+			reason = status.Errorf(status.Timeout, "shm: %s did not grant the lease by the deadline", c.cl.name)
+			break wait
+		case <-t.done:
+			reason = core.ErrUninstalled
+			break wait
+		case <-j.wake:
+			if j.allCanceled(lo, hi) {
+				reason = errCanceled
+				break wait
+			}
+		}
+	}
+	if t.closing.Load() {
+		reason = core.ErrUninstalled
+	}
+	c.mu.Lock()
+	delete(c.pending, id)
+	c.mu.Unlock()
+	// The reader delivers under c.mu: past that lock, a grant is either
+	// in the channel or will never come (the reader releases it itself).
+	select {
+	case <-j.granted:
+		c.release(id)
+	default:
+	}
+	return reason
+}
+
+// stopErr says why request i must not be copied (further): uninstall,
+// cancel, or the lease's deadline. The clock is read only every MiB.
+func (j *job) stopErr(i int, n uint64) error {
+	if j.t.closing.Load() {
+		return core.ErrUninstalled
+	}
+	if j.cancel[i].Load() {
+		return errCanceled
+	}
+	j.unTimed += n
+	if j.unTimed >= 1<<20 {
+		j.unTimed = 0
+		if !time.Now().Before(j.stop) {
+			return status.Errorf(status.Timeout, "shm: lease deadline passed before the copy ended")
+		}
+	}
+	return nil
+}
+
+// copyAll copies the granted requests of the lease: through the target's
+// mapped memfd when the grant names an allocation this connection has
+// mapped, otherwise with process_vm. A memory fault (a target that shrank
+// its memfd, a caller that unmapped its buffer) fails the request instead
+// of the process.
+func (j *job) copyAll(lo, hi int) {
+	if h := testHookBeforeCopy.Load(); h != nil {
+		(*h)()
+	}
+	old := debug.SetPanicOnFault(true)
+	defer debug.SetPanicOnFault(old)
+	j.unTimed = 1 << 20 // read the clock before the first copy
+	for i := lo; i < hi; {
+		i = j.copyFrom(i, lo, hi)
+	}
+	j.flushPVM(core.OpRead)
+	j.flushPVM(core.OpWrite)
+	for op := range j.pv {
+		j.pv[op].reset()
+	}
+}
+
+func (j *job) copyFrom(i, lo, hi int) (next int) {
+	defer func() {
+		if p := recover(); p != nil {
+			if m := j.curMap; m != nil {
+				j.c.putMapping(m)
+				j.curMap = nil
+			}
+			j.errs[j.cur] = status.Errorf(status.TransportError, "shm: memory fault while copying: %v", p)
+			next = j.cur + 1
+		}
+	}()
+	c := j.c
+	for ; i < hi; i++ {
+		j.cur = i
+		r := j.reqs[i]
+		g := &j.grant[i-lo]
+		if g.code != status.OK {
+			j.errs[i] = status.Errorf(g.code, "shm: %s refused remote %s of [%#x, %#x): %s",
+				c.cl.name, opName(r.Op), r.Remote, r.Remote+r.Len, g.msg)
+			continue
+		}
+		if err := j.stopErr(i, r.Len); err != nil {
+			j.errs[i] = err
+			continue
+		}
+		if g.alloc != 0 {
+			if m := c.getMapping(g.alloc); m != nil {
+				j.curMap = m
+				done := j.copyMapped(i, m)
+				j.curMap = nil
+				c.putMapping(m)
+				if done {
+					continue
+				}
+			}
+		}
+		j.addPVM(i)
+	}
+	return hi
+}
+
+func opName(op core.Op) string {
+	if op == core.OpRead {
+		return "read"
+	}
+	return "write"
+}
+
+// copyMapped copies request i through m in steps of at most chunk bytes.
+// It reports false, having copied nothing, when m cannot serve it.
+func (j *job) copyMapped(i int, m *mapping) bool {
+	r := j.reqs[i]
+	if r.Remote < m.base {
+		return false
+	}
+	off := r.Remote - m.base
+	if off > m.size || r.Len > m.size-off || (r.Op == core.OpWrite && !m.writable) {
+		return false
+	}
+	remote := m.mem[off : off+r.Len]
+	local := memory.Bytes(r.Local, r.Len)
+	for done := uint64(0); done < r.Len; {
+		n := min(chunk, r.Len-done)
+		if done > 0 {
+			if err := j.stopErr(i, n); err != nil {
+				j.errs[i] = err
+				return true
+			}
+		}
+		if r.Op == core.OpRead {
+			copy(local[done:done+n], remote[done:done+n])
+		} else {
+			copy(remote[done:done+n], local[done:done+n])
+		}
+		done += n
+	}
+	j.t.bytesMapped.Add(int64(r.Len))
+	return true
+}
+
+// addPVM queues request i for process_vm, in pieces of at most chunk
+// bytes, flushing whenever a call's worth (IOV_MAX iovecs or chunk bytes)
+// has gathered.
+func (j *job) addPVM(i int) {
+	r := j.reqs[i]
+	b := &j.pv[r.Op]
+	for off := uint64(0); off < r.Len; {
+		n := min(chunk, r.Len-off)
+		var lv unix.Iovec
+		lv.Base = &memory.Bytes(r.Local+off, n)[0]
+		lv.SetLen(int(n))
+		b.local = append(b.local, lv)
+		b.remote = append(b.remote, unix.RemoteIovec{Base: uintptr(r.Remote + off), Len: int(n)})
+		b.owner = append(b.owner, int32(i))
+		b.bytes += n
+		off += n
+		if len(b.local) == iovMax || b.bytes >= chunk {
+			j.flushPVM(r.Op)
+		}
+	}
+}
+
+// flushPVM runs the queued process_vm calls of one direction, resuming
+// after partial transfers, and fails the requests from the point where
+// the kernel refused.
+func (j *job) flushPVM(op core.Op) {
+	b := &j.pv[op]
+	defer b.reset()
+	for k := 0; k < len(b.local); {
+		j.unTimed = 1 << 20 // a call moves up to chunk bytes: read the clock before each
+		if err := j.stopErr(int(b.owner[k]), 0); err != nil {
+			j.failFrom(b, k, err)
+			return
+		}
+		n, err := processVM(op, j.c.pid, b.local[k:], b.remote[k:])
+		if err != nil || n <= 0 {
+			j.failFrom(b, k, j.pvmError(op, err))
+			return
+		}
+		j.t.bytesPVM.Add(int64(n))
+		for left := uint64(n); left > 0 && k < len(b.local); {
+			if l := uint64(b.local[k].Len); left >= l {
+				left -= l
+				k++
+				continue
+			}
+			b.local[k].Base = (*byte)(unsafe.Add(unsafe.Pointer(b.local[k].Base), left))
+			b.local[k].SetLen(int(uint64(b.local[k].Len) - left))
+			b.remote[k].Base += uintptr(left)
+			b.remote[k].Len -= int(left)
+			left = 0
+		}
+	}
+}
+
+func (j *job) failFrom(b *pvmBatch, k int, err error) {
+	for ; k < len(b.owner); k++ {
+		if i := b.owner[k]; j.errs[i] == nil {
+			j.errs[i] = err
+		}
+	}
+}
+
+func processVM(op core.Op, pid int, local []unix.Iovec, remote []unix.RemoteIovec) (int, error) {
+	if h := testHookProcessVM.Load(); h != nil {
+		if err := (*h)(op); err != nil {
+			return 0, err
+		}
+	}
+	if op == core.OpRead {
+		return unix.ProcessVMReadv(pid, local, remote, 0)
+	}
+	return unix.ProcessVMWritev(pid, local, remote, 0)
+}
+
+// pvmError turns a process_vm failure into the request's error. Refusals
+// are TransportError, so the engine retries the request on the next
+// transport; a peer whose kernel refused is not offered process_vm work
+// again.
+func (j *job) pvmError(op core.Op, err error) error {
+	c := j.c
+	call := "process_vm_writev"
+	if op == core.OpRead {
+		call = "process_vm_readv"
+	}
+	switch {
+	case err == nil:
+		return status.Errorf(status.TransportError, "shm: %s on %s (pid %d) made no progress", call, c.cl.name, c.pid)
+	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOSYS):
+		j.t.denyPVM(c.cl.inc)
+		j.t.fallbacks.Add(1)
+		return status.Errorf(status.TransportError,
+			"shm: the kernel refused %s on %s (pid %d): %w (it needs ptrace permission over the peer)", call, c.cl.name, c.pid, err)
+	case errors.Is(err, unix.ESRCH):
+		j.t.fallbacks.Add(1)
+		j.t.e.InvalidatePeer(c.cl.peer.Name())
+		return status.Errorf(status.TransportError, "shm: %s: peer %s (pid %d) is gone: %w", call, c.cl.name, c.pid, err)
+	default:
+		return status.Errorf(status.TransportError, "shm: %s on %s (pid %d): %w", call, c.cl.name, c.pid, err)
+	}
+}

@@ -1,0 +1,397 @@
+//go:build linux
+
+package shm
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+// serverConn is the target's side of one initiator connection: the leases
+// it holds and the allocations whose descriptors went out on it.
+type serverConn struct {
+	t *Transport
+	c *net.UnixConn
+
+	wmu sync.Mutex // frames written by the serving goroutine and by revoke
+
+	mu     sync.Mutex
+	closed bool
+	leases map[uint64]*lease
+	sent   map[uint64]struct{} // allocation ids
+}
+
+// lease pins the regions of the granted entries until it is released,
+// its connection closes, or it expires.
+type lease struct {
+	regions []*core.Region // nil for refused entries
+	expires time.Time
+}
+
+func (t *Transport) acceptLoop() {
+	for {
+		c, err := t.ln.AcceptUnix()
+		if err != nil {
+			select {
+			case <-t.done:
+				return
+			case <-time.After(acceptRetry):
+				continue
+			}
+		}
+		sc := &serverConn{t: t, c: c, leases: map[uint64]*lease{}, sent: map[uint64]struct{}{}}
+		t.mu.Lock()
+		if t.closed {
+			t.mu.Unlock()
+			_ = c.Close()
+			return
+		}
+		t.servers[sc] = struct{}{}
+		t.spawnLocked(sc.serve)
+		t.mu.Unlock()
+	}
+}
+
+func (sc *serverConn) serve() {
+	t := sc.t
+	defer func() {
+		sc.close()
+		t.mu.Lock()
+		delete(t.servers, sc)
+		t.mu.Unlock()
+	}()
+	kind, _, err := wire.ServerHandshake(sc.c, wire.HandshakeConfig{
+		Secret: t.secret, Deadline: time.Now().Add(core.HandshakeTimeout), LocalName: t.e.Name(),
+	})
+	if err != nil || kind != kindShm {
+		return
+	}
+	br := bufio.NewReaderSize(sc.c, 64<<10)
+	var (
+		buf  []byte
+		msg  leaseMsg
+		out  []byte
+		ents []grantEntry
+	)
+	for {
+		typ, payload, err := wire.ReadFrame(br, maxFrame, buf)
+		if err != nil {
+			return
+		}
+		if cap(payload) > cap(buf) {
+			buf = payload[:0]
+		}
+		switch typ {
+		case frameLease:
+			if decodeLease(payload, &msg) != nil {
+				return
+			}
+			if out, ents, err = sc.grant(&msg, out[:0], ents); err != nil {
+				return
+			}
+		case frameRelease:
+			id, err := decodeRelease(payload)
+			if err != nil {
+				return
+			}
+			sc.release(id)
+		default:
+			return // not an initiator of this protocol
+		}
+	}
+}
+
+// grant checks every entry against the engine's registrations, pins what
+// it grants, and answers with the per-entry codes, attaching the memfds of
+// granted allocations not yet sent on this connection.
+func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte, []grantEntry, error) {
+	t := sc.t
+	if h := testHookGrant.Load(); h != nil {
+		(*h)()
+	}
+	now := time.Now()
+	ttl := min(m.ttl, t.maxLease)
+	sc.mu.Lock()
+	_, dup := sc.leases[m.id]
+	busy := len(sc.leases) >= maxLeasesPerConn
+	closed := sc.closed
+	sc.mu.Unlock()
+	switch {
+	case closed:
+		return out, ents, status.Errorf(status.Closed, "connection closed")
+	case dup:
+		return out, ents, status.Errorf(status.Protocol, "lease id %d reused", m.id)
+	}
+	if cap(ents) < len(m.ents) {
+		ents = make([]grantEntry, len(m.ents))
+	}
+	ents = ents[:len(m.ents)]
+	regions := make([]*core.Region, len(m.ents))
+	var (
+		fds    []grantFD
+		rawFDs []int
+		toShut []int // read-only reopened descriptors, closed after sending
+	)
+	granted := 0
+	for i, en := range m.ents {
+		if busy {
+			ents[i] = grantEntry{code: status.Busy, msg: fmt.Sprintf("connection holds %d leases", maxLeasesPerConn)}
+			continue
+		}
+		access := core.AccessRemoteWrite
+		if en.op == core.OpRead {
+			access = core.AccessRemoteRead
+		}
+		r, err := t.e.Acquire(en.addr, en.len, access)
+		if err != nil {
+			ents[i] = grantEntry{code: status.CodeOf(err), msg: err.Error()}
+			t.refused.Add(1)
+			continue
+		}
+		regions[i] = r
+		granted++
+		ents[i] = grantEntry{code: status.OK}
+		a := r.Alloc
+		if a == nil || a.FD < 0 || r.Loc.IsCUDA() || r.Perm&core.PermRemoteRead == 0 {
+			continue // process_vm; a mapping needs read access (no write-only mmap)
+		}
+		if sc.hasSent(a.ID) {
+			ents[i].alloc = a.ID
+			continue
+		}
+		k := -1
+		for x := range fds {
+			if fds[x].alloc == a.ID {
+				k = x
+				break
+			}
+		}
+		if k < 0 && len(fds) < maxGrantFDs {
+			fd, writable := a.FD, r.Perm&core.PermRemoteWrite != 0
+			if !writable {
+				// A read-only region gets a read-only descriptor, which
+				// cannot be mapped writable.
+				ro, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", a.FD), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+				if err != nil {
+					continue
+				}
+				fd = ro
+				toShut = append(toShut, ro)
+			}
+			fds = append(fds, grantFD{alloc: a.ID, base: a.Addr, size: a.Size, writable: writable})
+			rawFDs = append(rawFDs, fd)
+			k = len(fds) - 1
+		}
+		if k >= 0 {
+			ents[i].alloc = a.ID
+		}
+	}
+	defer func() {
+		for _, fd := range toShut {
+			_ = unix.Close(fd)
+		}
+	}()
+	gen := t.e.Generation() // after the acquisitions: every granted allocation is registered at gen
+	if granted > 0 {
+		l := &lease{regions: regions, expires: now.Add(ttl + leaseGrace)}
+		sc.mu.Lock()
+		if sc.closed {
+			sc.mu.Unlock()
+			releaseRegions(t.e, regions)
+			return out, ents, status.Errorf(status.Closed, "connection closed")
+		}
+		sc.leases[m.id] = l
+		for _, f := range fds {
+			sc.sent[f.alloc] = struct{}{}
+		}
+		sc.mu.Unlock()
+		t.leases.Add(1)
+		t.scheduleReap(l.expires)
+	}
+	out = appendGrant(out, m.id, gen, ttl, fds, ents)
+	var oob []byte
+	if len(rawFDs) > 0 {
+		oob = unix.UnixRights(rawFDs...)
+	}
+	return out, ents, sc.write(out, oob)
+}
+
+func (sc *serverConn) hasSent(id uint64) bool {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	_, ok := sc.sent[id]
+	return ok
+}
+
+// write sends one frame, with descriptors attached to its first byte.
+func (sc *serverConn) write(b, oob []byte) error {
+	sc.wmu.Lock()
+	defer sc.wmu.Unlock()
+	_ = sc.c.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
+	if len(oob) == 0 {
+		_, err := sc.c.Write(b)
+		return err
+	}
+	n, _, err := sc.c.WriteMsgUnix(b, oob, nil)
+	if err == nil && n < len(b) {
+		_, err = sc.c.Write(b[n:]) // a stream socket may take part of it
+	}
+	return err
+}
+
+func (sc *serverConn) release(id uint64) {
+	sc.mu.Lock()
+	l := sc.leases[id]
+	delete(sc.leases, id)
+	sc.mu.Unlock()
+	if l != nil {
+		releaseRegions(sc.t.e, l.regions)
+		sc.t.leases.Add(-1)
+	}
+}
+
+func releaseRegions(e *core.Engine, regions []*core.Region) {
+	for _, r := range regions {
+		if r != nil {
+			e.Release(r)
+		}
+	}
+}
+
+// revoke tells the initiator that allocations it may have mapped are gone.
+func (sc *serverConn) revoke(ids []uint64) {
+	sc.mu.Lock()
+	var gone []uint64
+	for _, id := range ids {
+		if _, ok := sc.sent[id]; ok {
+			delete(sc.sent, id)
+			gone = append(gone, id)
+		}
+	}
+	closed := sc.closed
+	sc.mu.Unlock()
+	if len(gone) == 0 || closed {
+		return
+	}
+	for len(gone) > 0 {
+		n := min(len(gone), maxRevoke)
+		if sc.write(appendRevoke(nil, gone[:n]), nil) != nil {
+			_ = sc.c.Close() // the serving goroutine cleans up
+			return
+		}
+		gone = gone[n:]
+	}
+}
+
+// close releases every lease of the connection and closes it. Idempotent.
+func (sc *serverConn) close() {
+	sc.mu.Lock()
+	if sc.closed {
+		sc.mu.Unlock()
+		return
+	}
+	sc.closed = true
+	leases := sc.leases
+	sc.leases = nil
+	sc.mu.Unlock()
+	_ = sc.c.Close()
+	for _, l := range leases {
+		releaseRegions(sc.t.e, l.regions)
+		sc.t.leases.Add(-1)
+	}
+}
+
+// expire takes back the leases whose time is up and returns the earliest
+// expiry left (zero if none).
+func (sc *serverConn) expire(now time.Time) time.Time {
+	var next time.Time
+	var dead []*lease
+	sc.mu.Lock()
+	for id, l := range sc.leases {
+		if !now.Before(l.expires) {
+			dead = append(dead, l)
+			delete(sc.leases, id)
+		} else if next.IsZero() || l.expires.Before(next) {
+			next = l.expires
+		}
+	}
+	sc.mu.Unlock()
+	for _, l := range dead {
+		releaseRegions(sc.t.e, l.regions)
+		sc.t.leases.Add(-1)
+		sc.t.expired.Add(1)
+	}
+	return next
+}
+
+// scheduleReap makes sure the reaper wakes by at.
+func (t *Transport) scheduleReap(at time.Time) {
+	t.mu.Lock()
+	wake := t.nextReap.IsZero() || at.Before(t.nextReap)
+	if wake {
+		t.nextReap = at
+	}
+	t.mu.Unlock()
+	if wake {
+		select {
+		case t.kick <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// reaper takes back expired leases, so a stuck initiator cannot keep the
+// target's unregister waiting past a lease's deadline plus leaseGrace.
+func (t *Transport) reaper() {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		select {
+		case <-t.done:
+			return
+		case <-t.kick:
+		case <-timer.C:
+		}
+		now := time.Now()
+		t.mu.Lock()
+		servers := make([]*serverConn, 0, len(t.servers))
+		for sc := range t.servers {
+			servers = append(servers, sc)
+		}
+		t.nextReap = time.Time{}
+		t.mu.Unlock()
+		var next time.Time
+		for _, sc := range servers {
+			if n := sc.expire(now); !n.IsZero() && (next.IsZero() || n.Before(next)) {
+				next = n
+			}
+		}
+		// A grant since the scan may have set an earlier time (and kicked).
+		t.mu.Lock()
+		if !next.IsZero() && (t.nextReap.IsZero() || next.Before(t.nextReap)) {
+			t.nextReap = next
+		}
+		at := t.nextReap
+		t.mu.Unlock()
+		wait := time.Hour
+		if !at.IsZero() {
+			wait = max(time.Until(at), time.Millisecond)
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+		timer.Reset(wait)
+	}
+}

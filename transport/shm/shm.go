@@ -1,0 +1,323 @@
+//go:build linux
+
+package shm
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+func init() {
+	core.RegisterTransport("shm", func() core.Transport { return New() })
+}
+
+// Tunables. Tests shorten leaseGrace; nothing else changes them.
+var (
+	// leaseGrace is added to a lease's time to live before the target
+	// takes it back from an initiator that neither released it nor closed
+	// its connection.
+	leaseGrace = 2 * time.Second
+	// chunk bounds one copy step (one memmove, or one process_vm call):
+	// cancellation, uninstall and lease expiry are checked between steps.
+	chunk uint64 = 16 << 20
+)
+
+const (
+	// iovMax is the kernel's IOV_MAX: the most iovecs one process_vm call
+	// takes on each side.
+	iovMax = 1024
+	// maxLeasesPerConn bounds the leases one initiator connection may hold
+	// on the target; past it, leases are answered with Busy.
+	maxLeasesPerConn = 1024
+	// controlWriteTimeout bounds writes the target makes on its own
+	// account (grants, revokes) and fire-and-forget releases.
+	controlWriteTimeout = 5 * time.Second
+	// acceptRetry is the pause after a failed accept (EMFILE and the like).
+	acceptRetry = 20 * time.Millisecond
+)
+
+// Transport moves bytes between processes of one host. One instance serves
+// one engine, as initiator (jobs, client connections, mappings) and as
+// target (listener, server connections, leases).
+type Transport struct {
+	e        *core.Engine
+	ln       *net.UnixListener
+	addr     string
+	secret   []byte
+	maxLease time.Duration
+
+	mu       sync.Mutex
+	closed   bool
+	done     chan struct{} // closed by Uninstall
+	servers  map[*serverConn]struct{}
+	clients  map[*core.Peer]*client
+	conns    map[*conn]struct{}
+	dials    map[net.Conn]struct{} // connections still in their handshake
+	jobs     map[*job]struct{}
+	free     []*job
+	denied   map[uint64]struct{} // incarnations whose process_vm was refused
+	nextReap time.Time
+	kick     chan struct{}
+
+	wg      sync.WaitGroup
+	closing atomic.Bool
+	nDenied atomic.Int32
+
+	goroutines  atomic.Int64
+	leases      atomic.Int64 // held by peers on this engine's memory
+	mappings    atomic.Int64
+	mappedBytes atomic.Int64
+	fds         atomic.Int64 // received and not yet closed
+	bytesMapped atomic.Int64
+	bytesPVM    atomic.Int64
+	requests    atomic.Int64
+	refused     atomic.Int64 // entries the target refused (either side counts its own)
+	fallbacks   atomic.Int64 // process_vm refusals reported as TransportError
+	expired     atomic.Int64 // leases the target took back at their deadline
+	orphans     atomic.Int64 // grants that arrived after their waiter gave up
+	revoked     atomic.Int64 // mappings dropped on the target's revoke
+	invalidated atomic.Int64 // mappings dropped by the descriptor check
+}
+
+// New returns an uninstalled shm transport.
+func New() *Transport {
+	return &Transport{
+		done:    make(chan struct{}),
+		servers: map[*serverConn]struct{}{},
+		clients: map[*core.Peer]*client{},
+		conns:   map[*conn]struct{}{},
+		dials:   map[net.Conn]struct{}{},
+		jobs:    map[*job]struct{}{},
+		denied:  map[uint64]struct{}{},
+		kick:    make(chan struct{}, 1),
+	}
+}
+
+func (t *Transport) Name() string { return "shm" }
+
+// Install starts the Unix-domain listener in the abstract namespace.
+func (t *Transport) Install(e *core.Engine) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.e != nil || t.closed {
+		return status.Errorf(status.InvalidArgument, "shm transport installed twice")
+	}
+	var rnd [8]byte
+	_, _ = rand.Read(rnd[:])
+	addr := fmt.Sprintf("@tent-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:]))
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	if err != nil {
+		return status.Errorf(status.TransportError, "shm: listen on %s: %w", addr, err)
+	}
+	opts := e.Options()
+	t.e, t.ln, t.addr = e, ln, addr
+	t.secret = append([]byte(nil), opts.Secret...)
+	t.maxLease = opts.DefaultTimeout
+	t.spawnLocked(t.acceptLoop)
+	t.spawnLocked(t.reaper)
+	return nil
+}
+
+// spawnLocked starts a tracked goroutine; t.mu is held and t is open.
+func (t *Transport) spawnLocked(f func()) {
+	t.wg.Add(1)
+	t.goroutines.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer t.goroutines.Add(-1)
+		f()
+	}()
+}
+
+// Endpoints publishes the listener.
+func (t *Transport) Endpoints() []wire.Endpoint {
+	return []wire.Endpoint{{Transport: "shm", Addr: t.addr}}
+}
+
+func (t *Transport) RegisterMemory([]*core.Region) error { return nil }
+
+// UnregisterMemory revokes the descriptors of freed allocations from every
+// connection they were sent on, so initiators unmap them at once. The
+// engine calls it once the regions are idle: no lease holds them.
+func (t *Transport) UnregisterMemory(regions []*core.Region) error {
+	var ids []uint64
+	for _, r := range regions {
+		if r.Alloc != nil {
+			ids = append(ids, r.Alloc.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	t.mu.Lock()
+	servers := make([]*serverConn, 0, len(t.servers))
+	for sc := range t.servers {
+		servers = append(servers, sc)
+	}
+	t.mu.Unlock()
+	for _, sc := range servers {
+		sc.revoke(ids)
+	}
+	return nil
+}
+
+// Eligible: same machine, the peer runs an shm listener, host memory on
+// both sides. Memory the peer did not allocate with tent_alloc needs
+// process_vm, which is skipped for a peer whose kernel refused it before.
+func (t *Transport) Eligible(r *core.Request) bool {
+	d := r.Desc
+	if d == nil || d.MachineID != core.MachineID() || r.LocalRegion == nil || r.LocalRegion.Loc.IsCUDA() ||
+		strings.HasPrefix(r.RemoteRegion.Location, "cuda") || endpoint(d) == "" {
+		return false
+	}
+	if r.RemoteRegion.AllocID == 0 && t.nDenied.Load() > 0 {
+		t.mu.Lock()
+		_, denied := t.denied[d.Incarnation]
+		t.mu.Unlock()
+		return !denied
+	}
+	return true
+}
+
+func endpoint(d *wire.SegmentDesc) string {
+	for i := range d.Endpoints {
+		if d.Endpoints[i].Transport == "shm" {
+			return d.Endpoints[i].Addr
+		}
+	}
+	return ""
+}
+
+func (t *Transport) denyPVM(incarnation uint64) {
+	t.mu.Lock()
+	if _, ok := t.denied[incarnation]; !ok {
+		t.denied[incarnation] = struct{}{}
+		t.nDenied.Add(1)
+	}
+	t.mu.Unlock()
+}
+
+// Submit hands the requests to a job goroutine and returns.
+func (t *Transport) Submit(reqs []*core.Request) {
+	if len(reqs) == 0 {
+		return
+	}
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		for _, r := range reqs {
+			r.Done(0, core.ErrUninstalled)
+		}
+		return
+	}
+	j := t.getJobLocked(reqs)
+	t.jobs[j] = struct{}{}
+	t.spawnLocked(func() { t.run(j) })
+	t.mu.Unlock()
+}
+
+// Cancel marks the requests; a job completes those it has not copied yet
+// with ErrCanceled, and stops waiting for a lease nobody needs any more.
+func (t *Transport) Cancel(reqs []*core.Request) {
+	set := make(map[*core.Request]struct{}, len(reqs))
+	for _, r := range reqs {
+		set[r] = struct{}{}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for j := range t.jobs {
+		hit := false
+		for i, r := range j.reqs {
+			if _, ok := set[r]; ok {
+				j.cancel[i].Store(true)
+				hit = true
+			}
+		}
+		if hit {
+			select {
+			case j.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// Uninstall fails what has not been copied with ErrUninstalled, lets a
+// copy step in progress finish, closes the listener and every connection
+// (the target's leases go with them), unmaps every mapping, closes every
+// received descriptor and waits for every goroutine.
+func (t *Transport) Uninstall() error {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return nil
+	}
+	t.closed = true
+	t.closing.Store(true)
+	close(t.done)
+	var closers []func()
+	for sc := range t.servers {
+		closers = append(closers, sc.close)
+	}
+	for c := range t.conns {
+		c := c
+		closers = append(closers, func() { c.fail(status.Errorf(status.Closed, "shm transport uninstalled")) })
+	}
+	for nc := range t.dials {
+		closers = append(closers, func() { _ = nc.Close() })
+	}
+	ln := t.ln
+	t.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+	for _, f := range closers {
+		f()
+	}
+	t.wg.Wait()
+	t.mu.Lock()
+	t.clients = map[*core.Peer]*client{}
+	t.free = nil
+	t.mu.Unlock()
+	return nil
+}
+
+// Stats reports what the transport holds; the first six return to zero
+// when it is idle and after Uninstall.
+func (t *Transport) Stats() map[string]int64 {
+	t.mu.Lock()
+	clientConns, serverConns, jobs := len(t.conns), len(t.servers), len(t.jobs)
+	t.mu.Unlock()
+	return map[string]int64{
+		"connections":        int64(clientConns + serverConns),
+		"leases":             t.leases.Load(),
+		"mappings":           t.mappings.Load(),
+		"fds":                t.fds.Load(),
+		"goroutines":         t.goroutines.Load(),
+		"jobs":               int64(jobs),
+		"client_connections": int64(clientConns),
+		"server_connections": int64(serverConns),
+		"mapped_bytes":       t.mappedBytes.Load(),
+		"bytes":              t.bytesMapped.Load() + t.bytesPVM.Load(),
+		"bytes_mapped":       t.bytesMapped.Load(),
+		"bytes_process_vm":   t.bytesPVM.Load(),
+		"requests":           t.requests.Load(),
+		"refused":            t.refused.Load(),
+		"fallbacks":          t.fallbacks.Load(),
+		"leases_expired":     t.expired.Load(),
+		"orphan_grants":      t.orphans.Load(),
+		"revoked":            t.revoked.Load(),
+		"invalidated":        t.invalidated.Load(),
+	}
+}
