@@ -62,7 +62,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	t.Run("refusals", func(t *testing.T) {
 		other := make([]byte, 64)
 		h, g, fds := rc.lease(t, 1, time.Second,
-			leaseEntry{core.OpRead, stale.Addr, 8},         // unregistered since the cache was filled
+			leaseEntry{core.OpRead, stale.Addr, 8},          // unregistered since the cache was filled
 			leaseEntry{core.OpWrite, memory.Addr(other), 8}, // never registered
 			leaseEntry{core.OpWrite, r0.Addr + 4090, 16},    // spans r0 and r1
 			leaseEntry{core.OpRead, rro.Addr + 4000, 200},   // runs past the last region
