@@ -175,6 +175,14 @@ func (s *session) dead() bool {
 
 // fail marks the session dead, closes it and fails every waiting call.
 func (s *session) fail(err error) {
+	s.abort(err)
+	s.c.Close()
+}
+
+// abort marks the session dead and fails every waiting call, but keeps
+// the connection, and with it the leases the target holds for copies
+// still in flight; Uninstall closes it once the copies are done.
+func (s *session) abort(err error) {
 	s.mu.Lock()
 	if s.err != nil {
 		s.mu.Unlock()
@@ -184,7 +192,6 @@ func (s *session) fail(err error) {
 	waits := s.wait
 	s.wait = map[uint64]*call{}
 	s.mu.Unlock()
-	s.c.Close()
 	for _, c := range waits {
 		c.ch <- reply{err: err}
 	}

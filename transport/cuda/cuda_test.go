@@ -731,3 +731,50 @@ func TestCancelInFlight(t *testing.T) {
 	f.AssertClean(t)
 	require.NoError(t, peer.Stop())
 }
+
+// TestTargetUninstallWaitsForLeases: a target whose transport is
+// uninstalled while an initiator holds a lease (its copies may be in
+// flight) gives it time to finish and release before closing the session.
+func TestTargetUninstallWaitsForLeases(t *testing.T) {
+	f, d := useFake(t)
+	const size = 2 * gran
+	peer := startPeer(t, f, []peertest.Buffer{gpuBuf(size)})
+	e, _ := newEngine(t, "cuda")
+	seg := open(t, e, peer.Name)
+	lr, err := e.Alloc(size, "cuda:0", rw)
+	require.NoError(t, err)
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	testHook = func(s string) {
+		if s == "queued" {
+			entered <- struct{}{}
+			<-release
+		}
+	}
+	b, err := e.Submit([]core.TransferRequest{{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size}},
+		core.TransferOptions{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	<-entered
+	took := make(chan string, 1)
+	go func() {
+		out, err := peer.Cmd("uninstall")
+		if err != nil {
+			out = err.Error()
+		}
+		took <- out
+	}()
+	time.Sleep(300 * time.Millisecond)
+	close(release)
+	code, err := b.Wait(-1)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, peertest.Pattern(0, size), readDev(t, d, lr.Addr, size))
+	ms, err := strconv.Atoi(<-took)
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, ms, 250, "the target waited for the lease")
+	require.Less(t, ms, int(closeWait/time.Millisecond), "and no longer than needed")
+	testHook = nil
+	// Its sessions are gone: our imports of it went with them.
+	eventually(t, "imports released", func() bool { return cudaOf(e).Stats()["mappings"] == 0 })
+	require.NoError(t, e.Close())
+	f.AssertClean(t)
+	require.NoError(t, peer.Stop())
+}

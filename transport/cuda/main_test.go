@@ -75,6 +75,14 @@ func TestMain(m *testing.M) {
 		b, err := json.Marshal(e.Stats().Transports[Name])
 		return string(b), err
 	}
+	// uninstall: the cuda transport; answers how long it took, in ms.
+	peertest.Commands["uninstall"] = func(e *core.Engine, _ []string) (string, error) {
+		t0 := time.Now()
+		if err := e.Uninstall(Name); err != nil {
+			return "", err
+		}
+		return strconv.FormatInt(time.Since(t0).Milliseconds(), 10), nil
+	}
 	// memalloc SIZE SEED: cuMemAlloc (not VMM) memory, filled, registered
 	// with its location detected; answers its address.
 	peertest.Commands["memalloc"] = func(e *core.Engine, args []string) (string, error) {

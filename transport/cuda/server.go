@@ -126,21 +126,39 @@ func (s *server) connCount() int {
 	return len(s.conns)
 }
 
-// close stops accepting, closes every session (which releases its leases)
-// and waits for the goroutines.
+// closeWait bounds how long close waits for initiators to release their
+// leases (their copies in flight) before it closes their sessions.
+const closeWait = leaseGrace
+
+// close stops accepting and granting, gives the initiators up to
+// closeWait to release their leases (a copy they queued may still be
+// writing), then closes every session, which releases what is left, and
+// waits for the goroutines.
 func (s *server) close() {
 	s.mu.Lock()
 	s.closed = true
+	s.mu.Unlock()
+	s.ln.Close()
+	deadline := time.Now().Add(closeWait)
+	for s.leases.Load() > 0 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	s.mu.Lock()
 	conns := make([]net.Conn, 0, len(s.conns))
 	for c := range s.conns {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	s.ln.Close()
 	for _, c := range conns {
 		c.Close()
 	}
 	s.wg.Wait()
+}
+
+func (s *server) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
 }
 
 // lease is a set of regions held (Acquire) for one initiator batch.
@@ -317,12 +335,17 @@ func (sc *sconn) handleLease(d *wire.Decoder) error {
 	enc := wire.NewEncoder(make([]byte, 0, 64+len(ranges)*64))
 	var body wire.Encoder
 	body.Reset(make([]byte, 0, len(ranges)*64))
+	closing := s.isClosed()
 	for _, q := range ranges {
 		access := core.AccessRemoteRead
 		if q.write {
 			access = core.AccessRemoteWrite
 		}
-		r, err := e.Acquire(q.addr, q.len, access)
+		var r *core.Region
+		err := status.Errorf(status.Closed, "cuda: the target's transport is being uninstalled")
+		if !closing {
+			r, err = e.Acquire(q.addr, q.len, access)
+		}
 		if err != nil {
 			s.t.leasesDenied.Add(1)
 			putStatus(&body, err)

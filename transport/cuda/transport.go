@@ -182,12 +182,17 @@ func (t *Transport) Uninstall() error {
 	srv := t.srv
 	t.mu.Unlock()
 
-	// Closing the sessions wakes the batches waiting for a lease or an
-	// import; they see the transport closed and fail their requests.
+	// Aborting the sessions wakes the batches waiting for a lease or an
+	// import; they see the transport closed and fail their requests. The
+	// connections stay open, and the target keeps the leases, until the
+	// copies already queued are done.
+	for _, s := range sessions {
+		s.abort(core.ErrUninstalled)
+	}
+	t.runs.Wait() // every batch has synced its copies and called Done
 	for _, s := range sessions {
 		s.fail(core.ErrUninstalled)
 	}
-	t.runs.Wait() // every batch has synced its copies and called Done
 	t.readers.Wait()
 
 	var errs []error
