@@ -1,0 +1,335 @@
+"""One function, ``resolve()``, turns any memory the caller hands tent into
+``Buffer(ptr, nbytes, readonly, device, keepalive)``, without copying.
+
+Accepted, in this order:
+
+1. torch tensors, found through ``sys.modules`` (torch is never imported
+   here): ``data_ptr()``, ``numel() * element_size()``, ``device``.
+2. ``(address, length)`` pairs of ints: raw memory the caller vouches for.
+3. ``__cuda_array_interface__`` (CuPy, Numba, ...): device memory; the
+   location is left to the library to detect ("cuda:N").
+4. The buffer protocol (bytes, bytearray, memoryview, mmap, array.array,
+   numpy arrays, ctypes arrays): a memoryview is held, so the exporter can
+   neither resize (bytearray) nor close (mmap) the memory while tent uses it.
+5. ``__array_interface__`` (numpy-like objects without the buffer protocol).
+6. ``__dlpack__`` (any DLPack producer): the capsule is consumed (renamed
+   "used_dltensor"), the tensor's memory is used in place, and its deleter
+   is called when tent lets go of it (``keepalive.release()`` or garbage
+   collection). Limits: a CUDA producer is asked for its data on the legacy
+   default stream (``stream=None``): synchronize your own stream first.
+
+Non-contiguous memory is a ValueError (``tent.InvalidArgument``); so is an
+empty buffer. A released memoryview or closed mmap raises the ValueError
+Python gives for it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from typing import Any, NamedTuple, Optional
+
+from ._errors import InvalidArgument
+
+
+class Buffer(NamedTuple):
+    ptr: int
+    nbytes: int
+    readonly: bool
+    device: Optional[str]  # None = host memory; "cuda", "cuda:N" = GPU memory
+    keepalive: Any  # hold this while the memory is in use
+
+
+# ---- CPython buffer access (the pointer of read-only buffers too) ----------
+
+
+class _PyBuffer(ctypes.Structure):
+    _fields_ = [
+        ("buf", ctypes.c_void_p),
+        ("obj", ctypes.py_object),
+        ("len", ctypes.c_ssize_t),
+        ("itemsize", ctypes.c_ssize_t),
+        ("readonly", ctypes.c_int),
+        ("ndim", ctypes.c_int),
+        ("format", ctypes.c_char_p),
+        ("shape", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("strides", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("suboffsets", ctypes.POINTER(ctypes.c_ssize_t)),
+        ("internal", ctypes.c_void_p),
+    ]
+
+
+_PyBUF_SIMPLE = 0
+_get_buffer = ctypes.pythonapi.PyObject_GetBuffer
+_get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
+_get_buffer.restype = ctypes.c_int
+_release_buffer = ctypes.pythonapi.PyBuffer_Release
+_release_buffer.argtypes = [ctypes.POINTER(_PyBuffer)]
+_release_buffer.restype = None
+
+
+def _memoryview_address(mv: memoryview) -> int:
+    """The address of a contiguous memoryview's first byte (read-only too).
+    The caller keeps ``mv`` alive, which keeps the address valid."""
+    if mv.nbytes == 0:
+        return 0
+    if not mv.readonly:
+        return ctypes.addressof(ctypes.c_char.from_buffer(mv))
+    view = _PyBuffer()
+    if _get_buffer(mv, ctypes.byref(view), _PyBUF_SIMPLE) != 0:  # pragma: no cover - raises
+        raise BufferError("cannot access the buffer")
+    try:
+        return int(view.buf or 0)
+    finally:
+        _release_buffer(ctypes.byref(view))
+
+
+# ---- DLPack ---------------------------------------------------------------
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    pass
+
+
+_DLDeleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+_DLManagedTensor._fields_ = [
+    ("dl_tensor", _DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", _DLDeleter),
+]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [
+        ("version", _DLPackVersion),
+        ("manager_ctx", ctypes.c_void_p),
+        ("deleter", _DLDeleter),
+        ("flags", ctypes.c_uint64),
+        ("dl_tensor", _DLTensor),
+    ]
+
+
+_DLPACK_FLAG_READ_ONLY = 1
+_kDLCPU, _kDLCUDA, _kDLCUDAHost, _kDLCUDAManaged = 1, 2, 3, 13
+
+_capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
+_capsule_is_valid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_is_valid.restype = ctypes.c_int
+_capsule_get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_get_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_get_pointer.restype = ctypes.c_void_p
+_capsule_set_name = ctypes.pythonapi.PyCapsule_SetName
+_capsule_set_name.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_set_name.restype = ctypes.c_int
+
+
+class DLPackOwner:
+    """Owns a consumed DLPack tensor; ``release()`` (or garbage collection)
+    calls the producer's deleter once."""
+
+    __slots__ = ("_ptr", "_deleter", "__weakref__")
+
+    def __init__(self, ptr: int, deleter: Any) -> None:
+        self._ptr = ptr
+        self._deleter = deleter
+
+    def release(self) -> None:
+        ptr, self._ptr = self._ptr, 0
+        if ptr and self._deleter:
+            self._deleter(ptr)
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - a finalizer must not raise
+            pass
+
+
+def _contiguous_nbytes(shape: Any, strides: Any, itemsize: int, what: str) -> int:
+    """Bytes of an array of shape/strides (strides in bytes, or None for
+    C order) that covers one contiguous range (C or Fortran order); raises
+    InvalidArgument otherwise."""
+    shape = [int(s) for s in shape]
+    n = 1
+    for s in shape:
+        if s < 0:
+            raise InvalidArgument(f"{what}: negative dimension {s}")
+        n *= s
+    if strides is None or n == 0:
+        return n * itemsize
+    strides = [int(s) for s in strides]
+
+    def dense(dims: Any) -> bool:
+        expect = itemsize
+        for dim, stride in dims:
+            if dim != 1 and stride != expect:
+                return False
+            expect *= dim
+        return True
+
+    pairs = list(zip(shape, strides))
+    if not (dense(reversed(pairs)) or dense(pairs)):
+        raise InvalidArgument(f"{what} is not contiguous (shape {tuple(shape)}, strides {tuple(strides)})")
+    return n * itemsize
+
+
+def _from_dlpack(obj: Any) -> Buffer:
+    try:
+        capsule = obj.__dlpack__(max_version=(1, 0))
+    except TypeError:
+        capsule = obj.__dlpack__()
+    versioned = bool(_capsule_is_valid(capsule, b"dltensor_versioned"))
+    name = b"dltensor_versioned" if versioned else b"dltensor"
+    if not versioned and not _capsule_is_valid(capsule, name):
+        raise InvalidArgument("__dlpack__ returned something that is not an unused DLPack capsule")
+    ptr = _capsule_get_pointer(capsule, name)
+    if versioned:
+        managed: Any = _DLManagedTensorVersioned.from_address(ptr)
+        if managed.version.major != 1:
+            raise InvalidArgument(f"DLPack version {managed.version.major}.{managed.version.minor} is not supported")
+        readonly = bool(managed.flags & _DLPACK_FLAG_READ_ONLY)
+    else:
+        managed = _DLManagedTensor.from_address(ptr)
+        readonly = False
+    # Consume it: from now on the deleter is ours to call.
+    _capsule_set_name(capsule, b"used_dltensor_versioned" if versioned else b"used_dltensor")
+    deleter = managed.deleter if managed.deleter else None
+    owner = DLPackOwner(ptr, deleter)
+    t = managed.dl_tensor
+    shape = [t.shape[i] for i in range(t.ndim)]
+    itemsize = (t.dtype.bits * t.dtype.lanes + 7) // 8
+    strides = None if not t.strides else [t.strides[i] * itemsize for i in range(t.ndim)]
+    nbytes = _contiguous_nbytes(shape, strides, itemsize, "the DLPack tensor")
+    kind = t.device.device_type
+    if kind in (_kDLCPU, _kDLCUDAHost):
+        device = None
+    elif kind in (_kDLCUDA, _kDLCUDAManaged):
+        device = f"cuda:{t.device.device_id}"
+    else:
+        owner.release()
+        raise InvalidArgument(f"DLPack device type {kind} is not supported (want CPU or CUDA memory)")
+    return Buffer((t.data or 0) + t.byte_offset, nbytes, readonly, device, owner)
+
+
+# ---- The one function -------------------------------------------------------
+
+
+def _typestr_itemsize(typestr: str) -> int:
+    try:
+        return int(typestr[2:])
+    except ValueError:
+        raise InvalidArgument(f"unsupported typestr {typestr!r}") from None
+
+
+def _from_interface(obj: Any, iface: dict, what: str, device: Optional[str]) -> Buffer:
+    if iface.get("mask") is not None:
+        raise InvalidArgument(f"{what} with a mask is not supported")
+    data = iface.get("data")
+    if not isinstance(data, tuple):
+        if device is None and data is not None:  # array interface with a buffer object
+            mv = memoryview(data)
+            ptr = _memoryview_address(mv.cast("B") if mv.contiguous else mv)
+            readonly, keep = mv.readonly, (obj, mv)
+        else:
+            raise InvalidArgument(f"{what}: data {data!r} is not an (address, read_only) pair")
+    else:
+        ptr, readonly = int(data[0] or 0), bool(data[1])
+        keep = obj
+    ptr += int(iface.get("offset", 0) or 0)
+    itemsize = _typestr_itemsize(iface["typestr"])
+    nbytes = _contiguous_nbytes(iface["shape"], iface.get("strides"), itemsize, what)
+    return Buffer(ptr, nbytes, readonly, device, keep)
+
+
+def _from_torch(obj: Any) -> Buffer:
+    if not obj.is_contiguous():
+        raise InvalidArgument("the torch tensor is not contiguous (call .contiguous() first)")
+    dev = obj.device
+    device = None if dev.type == "cpu" else (f"cuda:{dev.index or 0}" if dev.type == "cuda" else dev.type)
+    if device is not None and not device.startswith("cuda"):
+        raise InvalidArgument(f"torch device {dev} is not supported (want cpu or cuda)")
+    return Buffer(int(obj.data_ptr()), int(obj.numel()) * int(obj.element_size()), False, device, obj)
+
+
+def _is_int(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def resolve(obj: Any) -> Buffer:
+    """Turns obj into a Buffer (see the module documentation). Raises
+    TypeError for objects that are no memory at all, InvalidArgument
+    (ValueError) for memory tent cannot use (non-contiguous, empty, an
+    address or length out of range)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(obj, getattr(torch, "Tensor", ())):
+        buf = _from_torch(obj)
+    elif isinstance(obj, tuple):
+        if len(obj) != 2 or not (_is_int(obj[0]) and _is_int(obj[1])):
+            raise TypeError(f"a memory tuple is (address: int, length: int), not {obj!r}")
+        addr, n = obj
+        if not 0 < addr < 1 << 64:
+            raise InvalidArgument(f"address {addr:#x} is not a valid pointer")
+        if not 0 <= n < 1 << 63 or addr + n > 1 << 64:
+            raise InvalidArgument(f"length {n} is out of range for address {addr:#x}")
+        buf = Buffer(addr, n, False, None, None)
+    elif hasattr(obj, "__cuda_array_interface__"):
+        buf = _from_interface(obj, obj.__cuda_array_interface__, "__cuda_array_interface__", "cuda")
+    else:
+        try:
+            mv = memoryview(obj)
+        except TypeError:
+            mv = None
+        if mv is not None:
+            if not mv.contiguous:
+                raise InvalidArgument(f"{type(obj).__name__} is not contiguous: tent needs one contiguous range of memory")
+            buf = Buffer(_memoryview_address(mv), mv.nbytes, mv.readonly, None, mv)
+        elif hasattr(obj, "__array_interface__"):
+            buf = _from_interface(obj, obj.__array_interface__, "__array_interface__", None)
+        elif hasattr(obj, "__dlpack__"):
+            buf = _from_dlpack(obj)
+        else:
+            raise TypeError(
+                f"{type(obj).__name__} is not memory tent can use: pass an object with the buffer protocol, "
+                "__array_interface__, __cuda_array_interface__ or __dlpack__, a torch tensor, "
+                "or an (address, length) tuple"
+            )
+    if buf.nbytes == 0:
+        release(buf.keepalive)
+        raise InvalidArgument(f"{type(obj).__name__} is empty: tent needs at least one byte")
+    return buf
+
+
+def release(keepalive: Any) -> None:
+    """Lets go of a Buffer's keepalive early (a DLPack deleter, a memoryview
+    export), instead of waiting for garbage collection."""
+    if isinstance(keepalive, DLPackOwner):
+        keepalive.release()
+    elif isinstance(keepalive, memoryview):
+        try:
+            keepalive.release()
+        except BufferError:  # still exported elsewhere: garbage collection will do it
+            pass

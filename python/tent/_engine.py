@@ -1,0 +1,967 @@
+"""Engine, Region, AllocatedRegion, Segment and Batch.
+
+Every object that owns a library handle derives from ``_Managed``: ``close()``
+is idempotent and thread-safe, objects are context managers (closing on
+exit, exceptions included), and ``__del__`` releases what was not closed
+without ever raising. In a child forked after libtent was loaded, finalizers
+do nothing (the library would answer TENT_ERR_FORKED) and explicit calls
+raise ``tent.ForkError``.
+
+Lifetimes: a Region keeps the registered object alive until it is
+unregistered (a Region that cannot be unregistered in a finalizer, because
+transfers still use it, is parked on its engine with that object until the
+engine closes). Children keep their engine alive; closing the engine
+releases all of its children in the library, and their ``close()`` becomes
+a no-op.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import math
+import sys
+import threading
+import weakref
+from ctypes import byref, c_size_t, c_void_p, sizeof
+from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
+
+from . import _lib
+from ._buffers import Buffer, release, resolve
+from ._errors import (
+    BufferTooSmall,
+    InvalidArgument,
+    InvalidHandle,
+    TentError,
+    Timeout,
+    check,
+    error_for,
+)
+from ._requests import READ, WRITE, RequestResult, opcode, result_of
+
+_OK = _lib.TENT_OK
+_PENDING = _lib.TENT_PENDING
+
+# ---- helpers ---------------------------------------------------------------
+
+
+def _cstr(value: Optional[str], what: str) -> Optional[bytes]:
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        b = value
+    elif isinstance(value, str):
+        b = value.encode()
+    else:
+        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
+    if b"\0" in b:
+        raise InvalidArgument(f"{what} contains a NUL character")
+    return b
+
+
+def _millis(seconds: Optional[float], what: str, *, zero_is_default: bool) -> int:
+    """Seconds -> milliseconds for the library. None -> 0 (the default)
+    when zero_is_default, else -1 (wait per the library's default)."""
+    if seconds is None:
+        return 0 if zero_is_default else -1
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
+        raise TypeError(f"{what} must be a number of seconds or None, not {type(seconds).__name__}")
+    if math.isnan(seconds) or seconds < 0:
+        raise InvalidArgument(f"{what} must be >= 0 seconds, not {seconds}")
+    if math.isinf(seconds):
+        return 0 if zero_is_default else -1
+    ms = math.ceil(seconds * 1000)
+    if ms > (1 << 62) // 1_000_000:
+        raise InvalidArgument(f"{what} of {seconds} s is too large")
+    if zero_is_default and seconds > 0:
+        ms = max(ms, 1)
+    return ms
+
+
+def _read_string(call: Any, initial: int = 256) -> str:
+    """Calls call(buf, cap, byref(len)) growing buf on BUFFER_TOO_SMALL."""
+    cap = initial
+    n = c_size_t()
+    while True:
+        buf = ctypes.create_string_buffer(cap)
+        st = call(buf, cap, byref(n))
+        if st == _lib.TENT_ERR_BUFFER_TOO_SMALL and n.value + 1 > cap:
+            cap = n.value + 1
+            continue
+        check(st)
+        return buf.raw[: n.value].decode("utf-8", "replace")
+
+
+def _flags(remote_read: bool, remote_write: bool) -> int:
+    return (_lib.TENT_REMOTE_READ if remote_read else 0) | (_lib.TENT_REMOTE_WRITE if remote_write else 0)
+
+
+def _location_arg(location: Optional[str], buf: Buffer) -> Optional[bytes]:
+    if location is not None:
+        return _cstr(location, "location")
+    dev = buf.device
+    # "cuda:N" known from DLPack or torch; bare "cuda" (the CUDA array
+    # interface) is left to the library to detect.
+    if dev is not None and ":" in dev:
+        return dev.encode()
+    return None
+
+
+# ---- the managed base -------------------------------------------------------
+
+
+class _Managed:
+    """Owns one library handle: idempotent close, context manager, safe
+    finalizer."""
+
+    _kind = "object"
+    _handle: Optional[int] = None
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+
+    @property
+    def closed(self) -> bool:
+        return self._handle is None
+
+    @property
+    def handle(self) -> int:
+        """The raw tent.h handle (an int), for requests built by hand."""
+        h = self._handle
+        if h is None:
+            raise InvalidHandle(f"this {self._kind} is closed")
+        return h
+
+    def close(self) -> None:
+        """Releases the handle; a no-op when already closed."""
+        with self._lock:
+            if self._handle is None:
+                return
+            self._release()
+
+    def _release(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _finalize(self) -> None:
+        self.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if self._handle is None or _lib.forked or sys.is_finalizing():
+                return
+            self._finalize()
+        except Exception:  # noqa: BLE001 - a finalizer must never raise
+            pass
+
+
+# ---- Engine -----------------------------------------------------------------
+
+_live_engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
+
+
+class Notification(NamedTuple):
+    sender: str  # the sender's segment name
+    message: bytes
+
+
+class Engine(_Managed):
+    """A tent engine: registers memory, opens peers' segments and moves data.
+
+    All arguments are optional; see ``tent_engine_options`` in tent.h.
+    ``transports`` is a list or a comma-separated string in preference
+    order (None = every available one); ``secret`` (bytes or str) is the
+    shared secret peers must prove; ``timeout`` and ``unregister_timeout``
+    are in seconds (None = the library's defaults, 30 s and 5 s).
+    """
+
+    _kind = "engine"
+
+    def __init__(
+        self,
+        name: Optional[str] = None,
+        listen_addr: Optional[str] = None,
+        metadata: Optional[str] = None,
+        transports: Union[None, str, Sequence[str]] = None,
+        secret: Union[None, bytes, str] = None,
+        timeout: Optional[float] = None,
+        *,
+        metadata_prefix: Optional[str] = None,
+        unregister_timeout: Optional[float] = None,
+        tcp_streams: Optional[int] = None,
+    ) -> None:
+        super().__init__()
+        dll = _lib.lib()
+        if transports is not None and not isinstance(transports, (str, bytes)):
+            transports = ",".join(transports)
+        opts = _lib.EngineOptions(size=sizeof(_lib.EngineOptions))
+        opts.name = _cstr(name, "name")
+        opts.listen_addr = _cstr(listen_addr, "listen_addr")
+        opts.metadata = _cstr(metadata, "metadata")
+        opts.metadata_prefix = _cstr(metadata_prefix, "metadata_prefix")
+        opts.transports = _cstr(transports, "transports")  # type: ignore[arg-type]
+        secret_buf = None
+        if secret is not None:
+            secret_b = secret.encode() if isinstance(secret, str) else bytes(secret)
+            if not secret_b:
+                raise InvalidArgument("secret is empty: pass None for no secret")
+            secret_buf = ctypes.create_string_buffer(secret_b, len(secret_b))
+            opts.secret = ctypes.addressof(secret_buf)
+            opts.secret_len = len(secret_b)
+        opts.timeout_ms = _millis(timeout, "timeout", zero_is_default=True)
+        opts.unregister_timeout_ms = _millis(unregister_timeout, "unregister_timeout", zero_is_default=True)
+        if tcp_streams is not None:
+            if isinstance(tcp_streams, bool) or not isinstance(tcp_streams, int) or not 0 < tcp_streams < 1 << 32:
+                raise InvalidArgument(f"tcp_streams must be a positive int, not {tcp_streams!r}")
+            opts.tcp_streams = tcp_streams
+        h = c_void_p()
+        check(dll.tent_engine_create(byref(opts), byref(h)))
+        del secret_buf
+        self._handle = h.value
+        self._name: Optional[str] = None
+        # (release function, handle, keepalive) of children whose finalizer
+        # could not release them (transfers still running): kept until close.
+        self._parked: List[Tuple[str, int, Any]] = []
+        self._allocs: "weakref.WeakSet[AllocatedRegion]" = weakref.WeakSet()
+        _live_engines.add(self)
+
+    def __repr__(self) -> str:
+        if self._handle is None:
+            return "<tent.Engine closed>"
+        return f"<tent.Engine {self.name!r}>"
+
+    def _h(self) -> int:
+        h = self._handle
+        if h is None:
+            raise InvalidHandle("the engine is closed")
+        return h
+
+    # -- lifetime --
+
+    def close(self) -> None:
+        """Destroys the engine: transfers in flight fail, every region,
+        segment, batch and allocation of the engine is released, every
+        transport uninstalled. Idempotent. Raises BufferError (and stays
+        open) while views of its allocations (``AllocatedRegion.view()``)
+        are still alive, since they would point at freed memory."""
+        with self._lock:
+            if self._handle is None:
+                return
+            views = sum(1 for _, _, keep in self._parked if isinstance(keep, _Views) and keep.exported())
+            views += sum(1 for a in list(self._allocs) if not a.closed and a._views is not None and a._views.exported())
+            if views:
+                raise BufferError(
+                    f"{views} allocation(s) of this engine still have views (memoryview/numpy) alive: "
+                    "release them before closing the engine"
+                )
+            self._release()
+
+    def _release(self) -> None:
+        h, self._handle = self._handle, None
+        _live_engines.discard(self)
+        try:
+            check(_lib.lib().tent_engine_destroy(h))
+        finally:
+            self._parked.clear()
+
+    def _park(self, kind: str, handle: int, keepalive: Any) -> None:
+        self._parked.append((kind, handle, keepalive))
+
+    # -- identity and state --
+
+    @property
+    def name(self) -> str:
+        """The engine's segment name (what peers pass to open_segment)."""
+        if self._name is None:
+            h = self._h()
+            self._name = _read_string(lambda b, c, n: _lib.lib().tent_engine_name(h, b, c, n), 128)
+        return self._name
+
+    def stats(self) -> Dict[str, Any]:
+        """tent_engine_stats and tent_engine_stats_json as one dict: the
+        engine's counts (regions, handles, batches, allocations, ...) and
+        ``transports``: each installed transport's resource counts."""
+        h = self._h()
+        dll = _lib.lib()
+        s = _lib.Stats(size=sizeof(_lib.Stats))
+        check(dll.tent_engine_stats(h, byref(s)))
+        out: Dict[str, Any] = json.loads(_read_string(lambda b, c, n: dll.tent_engine_stats_json(h, b, c, n), 1024))
+        for field, _ in _lib.Stats._fields_:
+            if field not in ("size", "reserved0"):
+                out[field] = getattr(s, field)
+        return out
+
+    @property
+    def transports(self) -> List[str]:
+        """The installed transports, in the order the stats list them."""
+        return list(self.stats()["transports"])
+
+    def uninstall(self, name: Optional[str] = None) -> None:
+        """Uninstalls one transport, or all of them (None)."""
+        check(_lib.lib().tent_uninstall(self._h(), _cstr(name, "name")))
+
+    # -- memory --
+
+    def register(
+        self,
+        obj: Any,
+        location: Optional[str] = None,
+        remote_read: bool = True,
+        remote_write: bool = True,
+    ) -> "Region":
+        """Registers obj's memory (anything ``tent`` accepts as memory: the
+        buffer protocol, numpy/CuPy/torch arrays, DLPack, ``(addr, len)``)
+        and returns its Region, which keeps obj alive until unregistered.
+        ``location`` ("cpu", "cpu:N", "cuda:N") is detected when None."""
+        h = self._h()
+        buf = resolve(obj)
+        try:
+            if buf.readonly and remote_write:
+                raise InvalidArgument(
+                    f"{type(obj).__name__} is read-only: register it with remote_write=False"
+                )
+            out = c_void_p()
+            check(
+                _lib.lib().tent_register(
+                    h, buf.ptr, buf.nbytes, _location_arg(location, buf), _flags(remote_read, remote_write), byref(out)
+                )
+            )
+        except BaseException:
+            release(buf.keepalive)
+            raise
+        return Region(self, out.value, buf)  # type: ignore[arg-type]
+
+    def register_batch(
+        self,
+        objs: Iterable[Any],
+        location: Optional[str] = None,
+        remote_read: bool = True,
+        remote_write: bool = True,
+    ) -> List["Region"]:
+        """Registers many objects at once, all or none. Each item is an
+        object or an ``(object, location)`` pair."""
+        h = self._h()
+        bufs: List[Buffer] = []
+        locs: List[Optional[bytes]] = []
+        try:
+            for item in objs:
+                loc = location
+                if isinstance(item, tuple) and len(item) == 2 and (item[1] is None or isinstance(item[1], str)):
+                    item, loc = item
+                buf = resolve(item)
+                bufs.append(buf)
+                if buf.readonly and remote_write:
+                    raise InvalidArgument(
+                        f"item {len(bufs) - 1} ({type(item).__name__}) is read-only: register it with remote_write=False"
+                    )
+                locs.append(_location_arg(loc, buf))
+            n = len(bufs)
+            if n == 0:
+                return []
+            descs = (_lib.RegionDesc * n)()
+            for i, (buf, loc) in enumerate(zip(bufs, locs)):
+                descs[i].addr = buf.ptr
+                descs[i].len = buf.nbytes
+                descs[i].location = loc
+            out = (c_void_p * n)()
+            check(_lib.lib().tent_register_batch(h, descs, n, _flags(remote_read, remote_write), out))
+        except BaseException:
+            for buf in bufs:
+                release(buf.keepalive)
+            raise
+        return [Region(self, out[i], buf) for i, buf in enumerate(bufs)]  # type: ignore[arg-type]
+
+    def unregister_batch(self, regions: Sequence["Region"]) -> None:
+        """Unregisters many regions at once, all or none."""
+        h = self._h()
+        regions = list(regions)
+        if not regions:
+            return
+        locks = [r._lock for r in regions]
+        for lock in locks:
+            lock.acquire()
+        try:
+            arr = (c_void_p * len(regions))()
+            for i, r in enumerate(regions):
+                if not isinstance(r, Region) or isinstance(r, AllocatedRegion):
+                    raise TypeError("unregister_batch takes registered Regions (free allocations with close())")
+                if r._engine is not self:
+                    raise InvalidHandle(f"region {i} belongs to another engine")
+                arr[i] = r.handle
+            check(_lib.lib().tent_unregister_batch(h, arr, len(regions)))
+            for r in regions:
+                r._handle = None
+                r._drop()
+        finally:
+            for lock in locks:
+                lock.release()
+
+    def alloc(
+        self, size: int, location: str = "cpu", remote_read: bool = True, remote_write: bool = True
+    ) -> "AllocatedRegion":
+        """Allocates and registers size bytes at location. Host memory is
+        shared memory same-host peers map directly; ``.view()`` and
+        ``.numpy()`` give zero-copy access to it. Freed by ``close()``."""
+        h = self._h()
+        if isinstance(size, bool) or not isinstance(size, int):
+            raise TypeError(f"size must be an int, not {type(size).__name__}")
+        if not 0 < size < 1 << 63:
+            raise InvalidArgument(f"size must be positive (and below 2**63), not {size}")
+        addr, out = c_void_p(), c_void_p()
+        check(
+            _lib.lib().tent_alloc(
+                h, size, _cstr(location, "location"), _flags(remote_read, remote_write), byref(addr), byref(out)
+            )
+        )
+        region = AllocatedRegion(self, out.value, addr.value, size, location)  # type: ignore[arg-type]
+        self._allocs.add(region)
+        return region
+
+    # -- peers --
+
+    def open_segment(self, name: Union[str, "Engine"]) -> "Segment":
+        """Opens a peer's segment by name (an Engine: its name; this
+        engine's own name opens itself)."""
+        h = self._h()
+        if isinstance(name, Engine):
+            name = name.name
+        out = c_void_p()
+        check(_lib.lib().tent_segment_open(h, _cstr(name, "name"), byref(out)))
+        return Segment(self, out.value, name)  # type: ignore[arg-type]
+
+    # -- transfers --
+
+    def _local(self, local: Any, into: bool) -> Tuple[int, int, Any]:
+        """(address, length, keepalive) of the local side of a transfer."""
+        if isinstance(local, Region) or (isinstance(local, tuple) and len(local) == 2 and isinstance(local[0], Region)):
+            region, offset = (local, 0) if isinstance(local, Region) else local
+            region.handle  # raises InvalidHandle if it was closed
+            if into and region.readonly:
+                raise InvalidArgument("the region is read-only memory: it cannot be the destination of a read")
+            if isinstance(offset, bool) or not isinstance(offset, int):
+                raise TypeError("the offset of a (Region, offset) pair must be an int")
+            if not 0 <= offset < region.size:
+                raise InvalidArgument(f"offset {offset} is outside the region ({region.size} bytes)")
+            return region.addr + offset, region.size - offset, region
+        buf = resolve(local)
+        if buf.readonly and into:
+            raise InvalidArgument(f"{type(local).__name__} is read-only: it cannot be the destination of a read")
+        return buf.ptr, buf.nbytes, buf.keepalive
+
+    def _transfer_options(
+        self, timeout: Optional[float], notify: Any, transport: Optional[str]
+    ) -> Tuple[Optional[_lib.TransferOptions], Any]:
+        """(tent_transfer_options or None for defaults, keepalive)."""
+        if timeout is None and notify is None and transport is None:
+            return None, None
+        opts = _lib.TransferOptions(size=sizeof(_lib.TransferOptions))
+        opts.timeout_ms = _millis(timeout, "timeout", zero_is_default=True)
+        keep = None
+        if notify is not None:
+            msg = notify.encode() if isinstance(notify, str) else bytes(notify)
+            if len(msg) > _lib.MAX_NOTIFY_LEN:
+                raise InvalidArgument(f"notify is {len(msg)} bytes, at most {_lib.MAX_NOTIFY_LEN}")
+            if msg:
+                keep = ctypes.create_string_buffer(msg, len(msg))
+                opts.notify = ctypes.addressof(keep)
+                opts.notify_len = len(msg)
+        opts.transport = _cstr(transport, "transport")
+        return opts, keep
+
+    def _sync(
+        self,
+        op: int,
+        local: Any,
+        segment: "Segment",
+        remote_addr: int,
+        length: Optional[int],
+        timeout: Optional[float],
+        transport: Optional[str],
+    ) -> RequestResult:
+        h = self._h()
+        if not isinstance(segment, Segment):
+            raise TypeError(f"segment must be a Segment (from open_segment), not {type(segment).__name__}")
+        addr, n, keep = self._local(local, into=op == READ)
+        if length is None:
+            length = n
+        elif isinstance(length, bool) or not isinstance(length, int):
+            raise TypeError(f"length must be an int, not {type(length).__name__}")
+        elif not 0 < length <= n:
+            raise InvalidArgument(f"length {length} is not within the local memory's {n} bytes")
+        if isinstance(remote_addr, bool) or not isinstance(remote_addr, int):
+            raise TypeError(f"remote_addr must be an int, not {type(remote_addr).__name__}")
+        if not 0 <= remote_addr < 1 << 64:
+            raise InvalidArgument(f"remote_addr {remote_addr} is out of range")
+        req = _lib.Request(op, 0, addr, segment.handle, remote_addr, length)
+        opts, okeep = self._transfer_options(timeout, None, transport)
+        status = _lib.RequestStatus()
+        st = _lib.lib().tent_transfer_sync(h, byref(req), 1, opts if opts is None else byref(opts), byref(status))
+        del keep, okeep
+        check(st)
+        return result_of(status)
+
+    def write(
+        self,
+        local: Any,
+        segment: "Segment",
+        remote_addr: int,
+        length: Optional[int] = None,
+        *,
+        timeout: Optional[float] = None,
+        transport: Optional[str] = None,
+    ) -> RequestResult:
+        """Writes local memory to ``remote_addr`` in the peer's segment and
+        waits. ``local`` is a Region, a ``(Region, offset)`` pair, a
+        registered buffer object or an ``(address, length)`` pair; length
+        defaults to all of it. Returns the request's result (which
+        transport served it); raises the request's error on failure."""
+        return self._sync(WRITE, local, segment, remote_addr, length, timeout, transport)
+
+    def read(
+        self,
+        local: Any,
+        segment: "Segment",
+        remote_addr: int,
+        length: Optional[int] = None,
+        *,
+        timeout: Optional[float] = None,
+        transport: Optional[str] = None,
+    ) -> RequestResult:
+        """Reads from ``remote_addr`` in the peer's segment into local
+        memory and waits (see ``write``)."""
+        return self._sync(READ, local, segment, remote_addr, length, timeout, transport)
+
+    def transfer(
+        self,
+        requests: Any,
+        timeout: Optional[float] = None,
+        notify: Union[None, bytes, str] = None,
+        transport: Optional[str] = None,
+    ) -> "Batch":
+        """Submits many requests at once and returns their Batch at once.
+
+        ``requests`` is one contiguous array of tent_request: a numpy
+        structured array of ``tent.request_dtype`` (see
+        ``tent.make_requests``), a ctypes array of ``tent.Request``, or, for
+        convenience (a Python loop), a sequence of ``(op, local_addr,
+        segment, remote_addr, length)`` tuples. ``notify`` is delivered to
+        each target after all of the batch's data arrived; ``transport``
+        ("local", "shm", "tcp", "cuda") is a hint.
+        """
+        h = self._h()
+        arr, n, keep = _request_array(requests)
+        opts, okeep = self._transfer_options(timeout, notify, transport)
+        out = c_void_p()
+        check(_lib.lib().tent_transfer(h, arr, n, opts if opts is None else byref(opts), byref(out)))
+        del keep, okeep
+        return Batch(self, out.value, n)  # type: ignore[arg-type]
+
+    # -- notifications --
+
+    def notify(self, segment: "Segment", message: Union[bytes, str, Any]) -> None:
+        """Sends a message (at most 64 KiB) to the segment's engine, after
+        every batch this engine already completed to it."""
+        h = self._h()
+        if not isinstance(segment, Segment):
+            raise TypeError(f"segment must be a Segment, not {type(segment).__name__}")
+        msg = message.encode() if isinstance(message, str) else message
+        if isinstance(msg, bytes):
+            check(_lib.lib().tent_notify_send(h, segment.handle, msg, len(msg)))
+            return
+        buf = resolve(msg)
+        try:
+            check(_lib.lib().tent_notify_send(h, segment.handle, buf.ptr, buf.nbytes))
+        finally:
+            release(buf.keepalive)
+
+    def recv_notification(self, timeout: Optional[float] = None) -> Notification:
+        """Receives the oldest notification as ``(sender, message)``,
+        waiting up to timeout seconds (None: the engine's default timeout;
+        0: do not wait). Raises tent.Timeout when none arrives."""
+        h = self._h()
+        ms = _millis(timeout, "timeout", zero_is_default=False)
+        dll = _lib.lib()
+        cap, from_cap = 4096, 256
+        n = c_size_t()
+        while True:
+            buf = ctypes.create_string_buffer(cap)
+            sender = ctypes.create_string_buffer(from_cap)
+            st = dll.tent_notify_recv(h, ms, buf, cap, byref(n), sender, from_cap)
+            if st == _lib.TENT_ERR_BUFFER_TOO_SMALL:
+                if n.value > cap:
+                    cap = n.value
+                else:  # the sender's name did not fit (its length is not reported)
+                    if from_cap >= 1 << 20:
+                        check(st)
+                    from_cap *= 4
+                continue
+            check(st)
+            return Notification(sender.value.decode("utf-8", "replace"), buf.raw[: n.value])
+
+
+def _request_array(requests: Any) -> Tuple[Any, int, Any]:
+    """(ctypes array of Request, n, keepalive) for tent_transfer, without a
+    Python loop for numpy and ctypes arrays."""
+    if isinstance(requests, ctypes.Array) and requests._type_ is _lib.Request:
+        n = len(requests)
+        if n == 0:
+            raise InvalidArgument("no requests")
+        return requests, n, requests
+    np = sys.modules.get("numpy")
+    if np is not None and isinstance(requests, np.ndarray):
+        from ._requests import request_dtype
+
+        if requests.dtype != request_dtype():
+            raise TypeError(f"a request array must have dtype tent.request_dtype, not {requests.dtype}")
+        if requests.ndim != 1 or not requests.flags.c_contiguous:
+            raise InvalidArgument("a request array must be one-dimensional and C-contiguous")
+        n = requests.shape[0]
+        if n == 0:
+            raise InvalidArgument("no requests")
+        return (_lib.Request * n).from_address(requests.ctypes.data), n, requests
+    if isinstance(requests, (list, tuple)):
+        n = len(requests)
+        if n == 0:
+            raise InvalidArgument("no requests")
+        arr = (_lib.Request * n)()
+        for i, r in enumerate(requests):
+            if isinstance(r, _lib.Request):
+                arr[i] = r
+                continue
+            try:
+                op, local, seg, remote, length = r
+            except (TypeError, ValueError):
+                raise TypeError(f"request {i} is not (op, local_addr, segment, remote_addr, length): {r!r}") from None
+            arr[i] = _lib.Request(
+                opcode(op), 0, getattr(local, "addr", local), getattr(seg, "handle", seg), remote, length
+            )
+        return arr, n, arr
+    raise TypeError(
+        f"requests must be a numpy array of tent.request_dtype, a ctypes array of tent.Request, "
+        f"or a list of (op, local_addr, segment, remote_addr, length), not {type(requests).__name__}"
+    )
+
+
+# ---- children ---------------------------------------------------------------
+
+
+class _Child(_Managed):
+    _engine: Engine
+
+    def __init__(self, engine: Engine, handle: int) -> None:
+        super().__init__()
+        self._engine = engine
+        self._handle = handle
+
+    @property
+    def engine(self) -> Engine:
+        return self._engine
+
+    def _release(self) -> None:
+        """Releases the handle in the library, unless the engine (which
+        released every child) is gone."""
+        eh = self._engine._handle
+        if eh is not None:
+            st = self._free(eh, self._handle)
+            if st < 0 and not (st == _lib.TENT_ERR_INVALID_HANDLE and self._engine._handle is None):
+                check(st)
+        self._handle = None
+        self._drop()
+
+    def _free(self, engine_handle: int, handle: Optional[int]) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _drop(self) -> None:
+        """Lets go of what the handle kept alive."""
+
+
+class RegionInfo(NamedTuple):
+    addr: int
+    size: int
+    location: str  # "cpu", "cpu:N", "cuda:N"
+    remote_read: bool
+    remote_write: bool
+
+
+class Region(_Child):
+    """Registered memory. Keeps the registered object alive until it is
+    unregistered (``close()``, the end of a ``with`` block, or the engine's
+    close). ``addr`` and ``size`` describe the memory."""
+
+    _kind = "region"
+
+    def __init__(self, engine: Engine, handle: int, buf: Buffer) -> None:
+        super().__init__(engine, handle)
+        self.addr: int = buf.ptr
+        self.size: int = buf.nbytes
+        self.readonly: bool = buf.readonly
+        self._keepalive: Any = buf.keepalive
+
+    def __repr__(self) -> str:
+        state = "closed" if self._handle is None else f"{self.size} bytes at {self.addr:#x}"
+        return f"<tent.{type(self).__name__} {state}>"
+
+    def __len__(self) -> int:
+        return self.size
+
+    def info(self) -> RegionInfo:
+        """tent_region_get_info."""
+        h = self.handle
+        ri = _lib.RegionInfo(size=sizeof(_lib.RegionInfo))
+        check(_lib.lib().tent_region_get_info(self._engine._h(), h, byref(ri)))
+        return RegionInfo(
+            ri.addr,
+            ri.len,
+            ri.location.decode(),
+            bool(ri.flags & _lib.TENT_REMOTE_READ),
+            bool(ri.flags & _lib.TENT_REMOTE_WRITE),
+        )
+
+    @property
+    def location(self) -> str:
+        return self.info().location
+
+    def _free(self, engine_handle: int, handle: Optional[int]) -> int:
+        return _lib.lib().tent_unregister(engine_handle, handle)
+
+    def _drop(self) -> None:
+        keep, self._keepalive = self._keepalive, None
+        release(keep)
+
+    def _finalize(self) -> None:
+        with self._lock:
+            if self._handle is None:
+                return
+            try:
+                self._release()
+            except TentError:
+                # Still in use by transfers (BUSY): never free memory under
+                # them. The engine keeps handle and memory until it closes.
+                self._engine._park("region", self._handle, self._keepalive)  # type: ignore[arg-type]
+                self._handle = None
+                self._keepalive = None
+
+
+class _Views:
+    """The ctypes array behind an allocation's views; counts live views
+    (each memoryview or numpy array made from it holds a reference)."""
+
+    __slots__ = ("array", "_base")
+
+    def __init__(self, addr: int, size: int) -> None:
+        self.array = (ctypes.c_char * size).from_address(addr)
+        self._base = sys.getrefcount(self.array)
+
+    def exported(self) -> bool:
+        return sys.getrefcount(self.array) > self._base
+
+
+class AllocatedRegion(Region):
+    """Memory allocated and registered by ``Engine.alloc``; ``close()``
+    unregisters and frees it. Host memory is accessible in place through
+    ``view()`` (a writable memoryview) and ``numpy()``; closing while such
+    views are alive raises BufferError (like ``mmap.close``)."""
+
+    def __init__(self, engine: Engine, handle: int, addr: int, size: int, location: str) -> None:
+        super().__init__(engine, handle, Buffer(addr, size, False, location, None))
+        self._views: Optional[_Views] = None
+        if not location.startswith("cuda"):
+            self._views = _Views(addr, size)
+
+    def view(self) -> memoryview:
+        """A writable memoryview of the allocation (host memory only)."""
+        self.handle  # raises if closed
+        if self._views is None:
+            raise InvalidArgument("GPU memory has no host view")
+        return memoryview(self._views.array)
+
+    def numpy(self, dtype: Any = "u1", shape: Any = None) -> Any:
+        """A numpy array over the allocation (zero-copy, host memory only)."""
+        import numpy as np
+
+        self.handle
+        if self._views is None:
+            raise InvalidArgument("GPU memory has no host view")
+        arr = np.frombuffer(self._views.array, dtype=dtype)
+        return arr if shape is None else arr.reshape(shape)
+
+    def __buffer__(self, flags: int) -> memoryview:  # Python 3.12+ buffer protocol
+        return self.view()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._handle is None:
+                return
+            if self._views is not None and self._views.exported() and self._engine._handle is not None:
+                raise BufferError("cannot free the allocation: views of it (memoryview/numpy) are still alive")
+            self._release()
+
+    def _free(self, engine_handle: int, handle: Optional[int]) -> int:
+        return _lib.lib().tent_free(engine_handle, handle)
+
+    def _drop(self) -> None:
+        self._keepalive = None
+
+    def _finalize(self) -> None:
+        with self._lock:
+            if self._handle is None:
+                return
+            if self._views is None or not self._views.exported():
+                try:
+                    self._release()
+                    return
+                except TentError:
+                    pass
+            self._engine._park("alloc", self._handle, self._views)  # type: ignore[arg-type]
+            self._handle = None
+
+
+class Segment(_Child):
+    """A peer's segment (``Engine.open_segment``); pass it to transfers."""
+
+    _kind = "segment"
+
+    def __init__(self, engine: Engine, handle: int, name: str) -> None:
+        super().__init__(engine, handle)
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"<tent.Segment {self.name!r}{' closed' if self._handle is None else ''}>"
+
+    def _free(self, engine_handle: int, handle: Optional[int]) -> int:
+        return _lib.lib().tent_segment_close(engine_handle, handle)
+
+
+class Batch(_Child):
+    """Submitted requests (``Engine.transfer``). ``wait()`` blocks until all
+    finished; ``status()`` gives each request's result; ``close()`` (or the
+    end of a ``with`` block) releases the batch, canceling what still runs,
+    after which the library no longer touches the requests' memory."""
+
+    _kind = "batch"
+    _WAIT_SLICE_MS = 200  # waits return to Python this often (Ctrl-C works)
+
+    def __init__(self, engine: Engine, handle: int, n: int) -> None:
+        super().__init__(engine, handle)
+        self._n = n
+        self._statuses: Any = None
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __repr__(self) -> str:
+        return f"<tent.Batch {self._n} requests{' closed' if self._handle is None else ''}>"
+
+    def _free(self, engine_handle: int, handle: Optional[int]) -> int:
+        return _lib.lib().tent_batch_destroy(handle)
+
+    def _poll(self) -> Tuple[int, str]:
+        """(tent_batch_status of no entries, the message if it failed)."""
+        dll = _lib.lib()
+        st = dll.tent_batch_status(self.handle, None, 0, None)
+        return st, (dll.tent_last_error().decode("utf-8", "replace") if st < 0 else "")
+
+    @property
+    def done(self) -> bool:
+        """True once every request finished (successfully or not)."""
+        return self._poll()[0] != _PENDING
+
+    def wait(self, timeout: Optional[float] = None) -> None:
+        """Waits until every request finished. Returns None if all
+        succeeded; raises the first failed request's error (see
+        ``status()`` for each one), or tent.Timeout if requests are still
+        running after timeout seconds (None: until the batch's own
+        deadline). The batch stays valid either way."""
+        h = self.handle
+        dll = _lib.lib()
+        ms = _millis(timeout, "timeout", zero_is_default=False)
+        while True:
+            step = self._WAIT_SLICE_MS if ms < 0 else min(ms, self._WAIT_SLICE_MS)
+            st = dll.tent_batch_wait(h, step)
+            if st == _OK:
+                return
+            if st != _lib.TENT_ERR_TIMEOUT:
+                check(st)
+            msg = dll.tent_last_error().decode("utf-8", "replace")
+            polled, pmsg = self._poll()
+            if polled == _OK:
+                return
+            if polled != _PENDING:  # a request failed (perhaps with TIMEOUT)
+                raise error_for(polled, pmsg)
+            if ms >= 0:
+                ms -= step
+                if ms <= 0:
+                    raise Timeout(msg or f"the batch is still running after {timeout} s", _lib.TENT_ERR_TIMEOUT)
+
+    def _status_array(self) -> Tuple[Any, int]:
+        if self._statuses is None:
+            self._statuses = (_lib.RequestStatus * self._n)()
+        done = c_size_t()
+        st = _lib.lib().tent_batch_status(self.handle, self._statuses, self._n, byref(done))
+        if st in (_lib.TENT_ERR_INVALID_HANDLE, _lib.TENT_ERR_FORKED):
+            check(st)  # the call failed; other codes are the requests' outcome
+        return self._statuses, done.value
+
+    def status(self) -> List[RequestResult]:
+        """Each request's result, in submission order (``code``,
+        ``transport``, ``bytes``, ``retried``; ``.ok``, ``.pending``,
+        ``.error``)."""
+        arr, _ = self._status_array()
+        return [result_of(s) for s in arr]
+
+    def status_array(self) -> Any:
+        """The results as a numpy array of ``tent.status_dtype`` (a copy)."""
+        import numpy as np
+
+        from ._requests import status_dtype
+
+        arr, _ = self._status_array()
+        return np.frombuffer(arr, dtype=status_dtype()).copy()
+
+    @property
+    def completed(self) -> int:
+        """How many requests finished."""
+        done = c_size_t()
+        st = _lib.lib().tent_batch_status(self.handle, None, 0, byref(done))
+        if st in (_lib.TENT_ERR_INVALID_HANDLE, _lib.TENT_ERR_FORKED):
+            check(st)
+        return done.value
+
+
+# ---- module functions -------------------------------------------------------
+
+
+def topology() -> Dict[str, Any]:
+    """The GPU topology (NVML) as a dict; no GPU is ``"gpus": []``."""
+    dll = _lib.lib()
+    return json.loads(_read_string(lambda b, c, n: dll.tent_topology_json(b, c, n), 1024))
+
+
+def version() -> str:
+    """The loaded library's version, "major.minor.patch"."""
+    return _lib.lib().tent_version_string().decode()
+
+
+def version_info() -> Tuple[int, int, int]:
+    """The loaded library's version as (major, minor, patch)."""
+    v = _lib.lib().tent_version()
+    return (v >> 16, (v >> 8) & 0xFF, v & 0xFF)
+
+
+def _close_all_at_exit() -> None:
+    if _lib.forked or not _lib.loaded():
+        return
+    for engine in list(_live_engines):
+        try:
+            engine.close()
+        except Exception:  # noqa: BLE001 - best effort at exit (views alive: skip)
+            pass
+
+
+atexit.register(_close_all_at_exit)

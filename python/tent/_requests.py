@@ -1,0 +1,188 @@
+"""Requests in bulk: ``tent.request_dtype`` (numpy), ``make_requests``
+(vectorized), and results (``RequestResult``, ``tent.status_dtype``).
+
+A batch is handed to the library as ONE contiguous array of ``tent_request``
+structs: a numpy structured array of ``request_dtype``, or a ctypes array of
+``tent.Request``. numpy is optional: it is imported only when one of these
+helpers is used.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Union
+
+from . import _lib
+from ._errors import InvalidArgument, error_for
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy
+
+READ = _lib.TENT_OP_READ
+WRITE = _lib.TENT_OP_WRITE
+
+_dtypes: Dict[str, Any] = {}
+
+
+def _numpy_dtype(struct: Any) -> Any:
+    import numpy as np
+
+    kinds = {
+        ctypes.c_uint32: np.uint32,
+        ctypes.c_int32: np.int32,
+        ctypes.c_uint64: np.uint64,
+        ctypes.c_void_p: np.uintp,
+    }
+    fields = [(name, np.dtype(kinds[ctype])) for name, ctype in struct._fields_]
+    dt = np.dtype(
+        {
+            "names": [f[0] for f in fields],
+            "formats": [f[1] for f in fields],
+            "offsets": [getattr(struct, f[0]).offset for f in fields],
+            "itemsize": ctypes.sizeof(struct),
+        }
+    )
+    assert dt.itemsize == ctypes.sizeof(struct)
+    return dt
+
+
+def request_dtype() -> "numpy.dtype":
+    """The numpy dtype with exactly tent_request's layout."""
+    dt = _dtypes.get("request")
+    if dt is None:
+        dt = _dtypes["request"] = _numpy_dtype(_lib.Request)
+    return dt
+
+
+def status_dtype() -> "numpy.dtype":
+    """The numpy dtype with exactly tent_request_status's layout."""
+    dt = _dtypes.get("status")
+    if dt is None:
+        dt = _dtypes["status"] = _numpy_dtype(_lib.RequestStatus)
+    return dt
+
+
+_OPS = {"read": READ, "write": WRITE, READ: READ, WRITE: WRITE}
+
+
+def opcode(op: Union[str, int]) -> int:
+    """"read"/"write" or tent.READ/tent.WRITE -> the opcode."""
+    try:
+        return _OPS[op.lower() if isinstance(op, str) else op]
+    except (KeyError, TypeError):
+        raise InvalidArgument(f"op must be 'read', 'write', tent.READ or tent.WRITE, not {op!r}") from None
+
+
+def _address(obj: Any, what: str) -> int:
+    addr = getattr(obj, "addr", obj)
+    if isinstance(addr, bool) or not isinstance(addr, int):
+        raise TypeError(f"{what} must be a Region or an int address, not {type(obj).__name__}")
+    return addr
+
+
+def make_requests(
+    op: Union[str, int],
+    local: Any,
+    segment: Any,
+    remote: Any,
+    *,
+    local_offsets: Any,
+    remote_offsets: Any = None,
+    lengths: Any,
+) -> "numpy.ndarray":
+    """Builds n requests at once (vectorized, no Python loop per request).
+
+    ``local`` is a Region (or a base address), ``remote`` the peer's base
+    address (an int, e.g. the ``addr`` of the peer's region), ``segment`` a
+    Segment (or its handle). Request i moves ``lengths[i]`` bytes between
+    ``local + local_offsets[i]`` and ``remote + remote_offsets[i]``
+    (``remote_offsets`` defaults to ``local_offsets``; ``lengths`` may be one
+    int). Offsets are checked to be non-negative, lengths positive, and, for
+    a Region, every local range inside it. Returns a ``request_dtype`` array
+    for ``Engine.transfer``.
+    """
+    import numpy as np
+
+    code = opcode(op)
+    base = _address(local, "local")
+    rbase = _address(remote, "remote")
+    seg = getattr(segment, "handle", segment)
+    if isinstance(seg, bool) or not isinstance(seg, int):
+        raise TypeError(f"segment must be a Segment, not {type(segment).__name__}")
+    try:
+        loff = np.asarray(local_offsets, dtype=np.int64).reshape(-1)
+        roff = loff if remote_offsets is None else np.asarray(remote_offsets, dtype=np.int64).reshape(-1)
+        lens = np.broadcast_to(np.asarray(lengths, dtype=np.int64), loff.shape)
+    except (OverflowError, ValueError) as exc:
+        raise InvalidArgument(f"offsets and lengths must be integers that fit in 63 bits: {exc}") from None
+    n = loff.shape[0]
+    if n == 0:
+        raise InvalidArgument("no requests: local_offsets is empty")
+    if roff.shape != loff.shape:
+        raise InvalidArgument(f"remote_offsets has {roff.shape[0]} entries, local_offsets {n}")
+    if (loff < 0).any() or (roff < 0).any():
+        raise InvalidArgument("offsets must not be negative")
+    if (lens <= 0).any():
+        raise InvalidArgument("lengths must be positive")
+    if getattr(local, "closed", False):
+        from ._errors import InvalidHandle
+
+        raise InvalidHandle("the local region is closed")
+    if code == READ and getattr(local, "readonly", False):
+        raise InvalidArgument("the local region is read-only memory: it cannot be the destination of a read")
+    size: Optional[int] = getattr(local, "size", None)
+    if size is not None:
+        end = loff + lens
+        if (end < loff).any() or int(end.max()) > size:
+            i = int(np.argmax(end))
+            raise InvalidArgument(
+                f"request {i}: local range [{int(loff[i])}, {int(end[i])}) lies outside the region ({size} bytes)"
+            )
+    out = np.zeros(n, dtype=request_dtype())
+    out["opcode"] = code
+    out["local_addr"] = loff.astype(np.uint64) + np.uint64(base)
+    out["segment"] = seg
+    out["remote_addr"] = roff.astype(np.uint64) + np.uint64(rbase)
+    out["length"] = lens
+    return out
+
+
+_transport_names: Dict[int, str] = {}
+
+
+def transport_name(t: int) -> str:
+    """tent_transport_name(t) (plain C, cached)."""
+    name = _transport_names.get(t)
+    if name is None:
+        name = _transport_names[t] = _lib.lib().tent_transport_name(t).decode()
+    return name
+
+
+class RequestResult(NamedTuple):
+    """The outcome of one request of a batch."""
+
+    code: int  # TENT_OK, TENT_PENDING or a TENT_ERR_* code
+    transport: str  # "local", "shm", "tcp", "cuda" (or "none" if none was tried)
+    bytes: int  # bytes moved
+    retried: bool  # the first transport failed and another one served it
+
+    @property
+    def ok(self) -> bool:
+        return self.code == _lib.TENT_OK
+
+    @property
+    def pending(self) -> bool:
+        return self.code == _lib.TENT_PENDING
+
+    @property
+    def error(self) -> Optional[Exception]:
+        """The exception for a failed request (None if it did not fail);
+        its message is the status text (per-request messages are not kept
+        by the library)."""
+        if self.code >= 0:
+            return None
+        return error_for(self.code, _lib.lib().tent_status_str(self.code).decode())
+
+
+def result_of(s: _lib.RequestStatus) -> RequestResult:
+    return RequestResult(s.status, transport_name(s.transport), s.bytes, bool(s.flags & _lib.TENT_STATUS_RETRIED))
