@@ -58,6 +58,8 @@ type conn struct {
 	epoch   uint64              // the peer epoch the mappings were checked at
 	err     error               // set once the connection is dead
 	dead    chan struct{}
+	users   int  // jobs between their lease request and its release
+	retired bool // replaced (peer restarted): close when users reach 0
 }
 
 // mapping is a target's memfd mapped here. refs counts copies in
@@ -96,18 +98,53 @@ func (t *Transport) clientFor(r *core.Request) (*client, error) {
 	}
 	t.mu.Unlock()
 	if old != nil {
-		old.close(status.Errorf(status.TransportError, "peer %s restarted", old.name))
+		old.retire()
 	}
 	return cl, nil
 }
 
-func (cl *client) close(err error) {
+// retire detaches the client's connection; it closes once the jobs using
+// it have released their leases (closing it earlier would make the target
+// release leases under copies still running).
+func (cl *client) retire() {
 	cl.mu.Lock()
 	c := cl.conn
 	cl.conn = nil
 	cl.mu.Unlock()
-	if c != nil {
-		c.fail(err)
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	c.retired = true
+	idle := c.users == 0
+	c.mu.Unlock()
+	if idle {
+		c.fail(status.Errorf(status.TransportError, "peer %s restarted", cl.name))
+	}
+}
+
+// use registers a job on the connection and allocates its lease id; it
+// fails if the connection is dead.
+func (c *conn) use(j *job) (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err != nil {
+		return 0, status.Errorf(status.TransportError, "shm: connection to %s lost: %v", c.cl.name, c.err)
+	}
+	c.users++
+	c.nextID++
+	c.pending[c.nextID] = j
+	return c.nextID, nil
+}
+
+// unuse ends a job's use; the last user of a retired connection closes it.
+func (c *conn) unuse() {
+	c.mu.Lock()
+	c.users--
+	last := c.retired && c.users == 0
+	c.mu.Unlock()
+	if last {
+		c.fail(status.Errorf(status.TransportError, "peer %s restarted", c.cl.name))
 	}
 }
 

@@ -172,17 +172,12 @@ func (j *job) lease(lo, hi int) {
 		return
 	}
 	c.checkEpoch(reqs[0].Peer, reqs[0].Desc)
-
-	c.mu.Lock()
-	if c.err != nil {
-		c.mu.Unlock()
-		fail(status.Errorf(status.TransportError, "shm: connection to %s lost", cl.name))
+	id, err := c.use(j)
+	if err != nil {
+		fail(err)
 		return
 	}
-	c.nextID++
-	id := c.nextID
-	c.pending[id] = j
-	c.mu.Unlock()
+	defer c.unuse()
 	sent := time.Now()
 	j.enc = appendLease(j.enc[:0], id, deadline.Sub(sent), reqs)
 	if err := c.write(j.enc, deadline); err != nil {
@@ -202,6 +197,11 @@ func (j *job) lease(lo, hi int) {
 		fail(status.Errorf(status.Protocol, "shm: bad grant from %s: %w", cl.name, err))
 		return
 	}
+	if !t.enterCopy() {
+		c.release(id)
+		fail(core.ErrUninstalled)
+		return
+	}
 	j.c = c
 	j.stop = sent.Add(j.grantTTL)
 	if deadline.Before(j.stop) {
@@ -210,7 +210,28 @@ func (j *job) lease(lo, hi int) {
 	j.copyAll(lo, hi)
 	j.c = nil
 	c.release(id)
+	t.exitCopy()
 	clear(j.grant) // drop refusal messages
+}
+
+// enterCopy counts a job that holds a lease and copies; Uninstall waits
+// for them before closing connections (which releases the leases).
+func (t *Transport) enterCopy() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return false
+	}
+	t.copying++
+	return true
+}
+
+func (t *Transport) exitCopy() {
+	t.mu.Lock()
+	if t.copying--; t.copying == 0 {
+		t.copyIdle.Broadcast()
+	}
+	t.mu.Unlock()
 }
 
 var errCanceled = status.Errorf(status.Canceled, "shm: request canceled before its copy")
@@ -275,10 +296,14 @@ wait:
 }
 
 // stopErr says why request i must not be copied (further): uninstall,
-// cancel, or the lease's deadline. The clock is read only every MiB.
+// a dead connection (the target has released the lease), cancel, or the
+// lease's deadline. The clock is read only every MiB.
 func (j *job) stopErr(i int, n uint64) error {
 	if j.t.closing.Load() {
 		return core.ErrUninstalled
+	}
+	if j.c.isDead() {
+		return status.Errorf(status.TransportError, "shm: connection to %s lost during the copy", j.c.cl.name)
 	}
 	if j.cancel[i].Load() {
 		return errCanceled

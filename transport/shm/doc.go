@@ -65,12 +65,16 @@
 // target checks every entry with Engine.Acquire(addr, len,
 // AccessRemoteRead/Write) — registered, inside one region, permitted, not
 // being unregistered — which also pins the region, so the target's
-// unregister waits for the copy. It answers each entry with OK or the
+// unregister waits for the copy. An entry that lies inside a region the
+// same lease already pinned, with the permission it needs, shares that
+// pin (the region cannot go before the lease does), so a batch into one
+// buffer costs one Acquire. The target answers each entry with OK or the
 // refusal's code (NotRegistered, OutOfRange, PermissionDenied,
-// InvalidArgument; Busy when the connection already holds 1024 leases).
-// Refused requests complete with that code, which the engine does not
-// retry. The initiator copies only granted entries, then sends RELEASE
-// without waiting, then completes the requests.
+// InvalidArgument; Busy when the connection already holds 1024 leases;
+// Closed while the target's transport shuts down). Refused requests
+// complete with that code, which the engine does not retry. The initiator
+// copies only granted entries, then sends RELEASE without waiting, then
+// completes the requests.
 //
 // The target releases a lease on RELEASE, when its connection closes (a
 // dead or killed initiator: the kernel closes the socket), and when its
@@ -148,10 +152,21 @@
 // reconnects (a restarted peer has a new incarnation, hence fresh state).
 // Cancel marks requests; those not yet copied complete with ErrCanceled,
 // and a job whose requests are all canceled stops waiting for its lease.
-// Uninstall fails what has not been copied with core.ErrUninstalled, lets
-// the copy step in progress finish, closes the listener and every
-// connection (releasing the target's leases), unmaps every mapping, closes
-// every received descriptor and waits for every goroutine. Stats reports
+//
+// Closing a connection releases its leases on the target, so nothing
+// closes a connection under a copy that still runs: a job checks between
+// copy steps that its connection is alive (and stops if not: the target
+// has let go); the connection of a peer that restarted is retired and
+// closes when its last job has released its lease; and Uninstall goes in
+// three steps. First, as initiator, it makes jobs stop before their next
+// copy step (what has not been copied completes with
+// core.ErrUninstalled), wakes every waiter, cuts dials and handshakes,
+// and waits for the copies in progress to release their leases. Then, as
+// target, it closes the listener, refuses new leases (Closed) and waits
+// for peers to release the leases they hold, at most UnregisterTimeout.
+// Last it closes every connection (releasing what is left), unmaps every
+// mapping, closes every received descriptor and waits for every
+// goroutine. Stats reports
 // connections, leases (held on this engine's memory), mappings, fds (held,
 // received and not yet closed), goroutines and jobs, which all return to
 // zero, plus byte and event counters.

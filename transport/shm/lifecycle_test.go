@@ -132,7 +132,7 @@ func freePort(t *testing.T) string {
 // that peer, and a peer restarted at the same address is reached with
 // fresh state on the next batches.
 func TestPeerKilledMidBatch(t *testing.T) {
-	const size = 32 << 20
+	const size = 8 << 20
 	addr := freePort(t)
 	cfg := peertest.Config{Transports: []string{"shm"}, ListenAddr: addr, Buffers: []peertest.Buffer{
 		{Size: size, Perm: rw}, {Size: size, Perm: rw, Alloc: true}}}

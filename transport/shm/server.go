@@ -33,9 +33,13 @@ type serverConn struct {
 // lease pins the regions of the granted entries until it is released,
 // its connection closes, or it expires.
 type lease struct {
-	regions []*core.Region // nil for refused entries
+	regions []*core.Region // one pin each (a region may appear twice)
 	expires time.Time
 }
+
+// pinWindow is how many of a lease's latest pins an entry is matched
+// against before the engine is asked again.
+const pinWindow = 8
 
 func (t *Transport) acceptLoop() {
 	for {
@@ -125,6 +129,7 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 	busy := len(sc.leases) >= maxLeasesPerConn
 	closed := sc.closed
 	sc.mu.Unlock()
+	shutdown := t.closing.Load()
 	switch {
 	case closed:
 		return out, ents, status.Errorf(status.Closed, "connection closed")
@@ -135,7 +140,7 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 		ents = make([]grantEntry, len(m.ents))
 	}
 	ents = ents[:len(m.ents)]
-	regions := make([]*core.Region, len(m.ents))
+	var regions []*core.Region // the lease's pins
 	var (
 		fds    []grantFD
 		rawFDs []int
@@ -143,21 +148,40 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 	)
 	granted := 0
 	for i, en := range m.ents {
+		if shutdown {
+			ents[i] = grantEntry{code: status.Closed, msg: "the target's shm transport is shutting down"}
+			continue
+		}
 		if busy {
 			ents[i] = grantEntry{code: status.Busy, msg: fmt.Sprintf("connection holds %d leases", maxLeasesPerConn)}
 			continue
 		}
-		access := core.AccessRemoteWrite
+		access, need := core.AccessRemoteWrite, core.PermRemoteWrite
 		if en.op == core.OpRead {
-			access = core.AccessRemoteRead
+			access, need = core.AccessRemoteRead, core.PermRemoteRead
 		}
-		r, err := t.e.Acquire(en.addr, en.len, access)
-		if err != nil {
-			ents[i] = grantEntry{code: status.CodeOf(err), msg: err.Error()}
-			t.refused.Add(1)
-			continue
+		// An entry inside a region this lease already pinned, with the
+		// permission it needs, is covered by that pin: the region stays
+		// registered until the lease ends, exactly as a second Acquire
+		// would keep it. Anything else asks the engine.
+		var r *core.Region
+		if en.len > 0 {
+			for k := len(regions) - 1; k >= 0 && k >= len(regions)-pinWindow; k-- {
+				if p := regions[k]; p.Perm&need != 0 && p.Contains(en.addr, en.len) {
+					r = p
+					break
+				}
+			}
 		}
-		regions[i] = r
+		if r == nil {
+			var err error
+			if r, err = t.e.Acquire(en.addr, en.len, access); err != nil {
+				ents[i] = grantEntry{code: status.CodeOf(err), msg: err.Error()}
+				t.refused.Add(1)
+				continue
+			}
+			regions = append(regions, r)
+		}
 		granted++
 		ents[i] = grantEntry{code: status.OK}
 		a := r.Alloc
@@ -261,9 +285,7 @@ func (sc *serverConn) release(id uint64) {
 
 func releaseRegions(e *core.Engine, regions []*core.Region) {
 	for _, r := range regions {
-		if r != nil {
-			e.Release(r)
-		}
+		e.Release(r)
 	}
 }
 

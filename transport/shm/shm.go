@@ -69,6 +69,8 @@ type Transport struct {
 	denied   map[uint64]struct{} // incarnations whose process_vm was refused
 	nextReap time.Time
 	kick     chan struct{}
+	copying  int        // jobs holding a lease and copying
+	copyIdle *sync.Cond // signaled when copying drops to 0 (on mu)
 
 	wg      sync.WaitGroup
 	closing atomic.Bool
@@ -92,7 +94,7 @@ type Transport struct {
 
 // New returns an uninstalled shm transport.
 func New() *Transport {
-	return &Transport{
+	t := &Transport{
 		done:    make(chan struct{}),
 		servers: map[*serverConn]struct{}{},
 		clients: map[*core.Peer]*client{},
@@ -102,6 +104,8 @@ func New() *Transport {
 		denied:  map[uint64]struct{}{},
 		kick:    make(chan struct{}, 1),
 	}
+	t.copyIdle = sync.NewCond(&t.mu)
+	return t
 }
 
 func (t *Transport) Name() string { return "shm" }
@@ -253,10 +257,19 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 	}
 }
 
-// Uninstall fails what has not been copied with ErrUninstalled, lets a
-// copy step in progress finish, closes the listener and every connection
-// (the target's leases go with them), unmaps every mapping, closes every
-// received descriptor and waits for every goroutine.
+// Uninstall tears down in an order that never pulls memory from under a
+// copy:
+//
+//  1. as initiator: jobs stop before their next copy step (what has not
+//     been copied completes with ErrUninstalled), waiters wake, dials and
+//     handshakes are cut; then it waits for the copies in progress (one
+//     step each) to release their leases;
+//  2. as target: the listener closes, new leases are refused (Closed),
+//     and it waits for peers to release the leases they hold, at most
+//     until UnregisterTimeout;
+//  3. it closes every connection (releasing what leases remain), which
+//     unmaps every mapping and closes every received descriptor, and
+//     waits for every goroutine.
 func (t *Transport) Uninstall() error {
 	t.mu.Lock()
 	if t.closed {
@@ -266,6 +279,26 @@ func (t *Transport) Uninstall() error {
 	t.closed = true
 	t.closing.Store(true)
 	close(t.done)
+	for nc := range t.dials {
+		_ = nc.Close()
+	}
+	for t.copying > 0 {
+		t.copyIdle.Wait()
+	}
+	ln := t.ln
+	t.mu.Unlock()
+	if ln != nil {
+		_ = ln.Close()
+	}
+
+	if t.e != nil {
+		drain := time.Now().Add(t.e.Options().UnregisterTimeout)
+		for t.leases.Load() > 0 && time.Now().Before(drain) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+
+	t.mu.Lock()
 	var closers []func()
 	for sc := range t.servers {
 		closers = append(closers, sc.close)
@@ -274,14 +307,7 @@ func (t *Transport) Uninstall() error {
 		c := c
 		closers = append(closers, func() { c.fail(status.Errorf(status.Closed, "shm transport uninstalled")) })
 	}
-	for nc := range t.dials {
-		closers = append(closers, func() { _ = nc.Close() })
-	}
-	ln := t.ln
 	t.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
-	}
 	for _, f := range closers {
 		f()
 	}

@@ -190,10 +190,38 @@ func TestTargetEnforcesLeases(t *testing.T) {
 		require.Eventually(t, func() bool { return tr.Stats()["leases"] == 0 }, 5*time.Second, time.Millisecond)
 	})
 
-	require.NoError(t, rc.c.Close())
-	require.Eventually(t, func() bool { return tr.Stats()["server_connections"] == 0 }, 5*time.Second, time.Millisecond)
-	require.NoError(t, target.Uninstall("shm"))
+	// Uninstall does not pull memory from under a granted copy: it refuses
+	// new leases and waits for the held ones (at most UnregisterTimeout).
+	_, g, _ := rc.lease(t, 6, time.Minute, leaseEntry{core.OpRead, rro.Addr, 8})
+	require.Equal(t, status.OK, g[0].code)
+	done := make(chan time.Time, 1)
+	go func() {
+		_ = target.Uninstall("shm")
+		done <- time.Now()
+	}()
+	require.Eventually(t, func() bool { return tr.closing.Load() }, 5*time.Second, time.Millisecond)
+	_, g, _ = rc.lease(t, 7, time.Minute, leaseEntry{core.OpRead, rro.Addr, 8})
+	require.Equal(t, status.Closed, g[0].code, "no new leases while shutting down")
+	time.Sleep(50 * time.Millisecond)
+	released := time.Now()
+	rc.release(t, 6)
+	require.True(t, (<-done).After(released), "Uninstall waited for the release")
 	requireIdle(t, tr, false)
+
+	// A lease that is never released holds Uninstall for UnregisterTimeout.
+	target2, tr2 := newEngine(t, core.Options{UnregisterTimeout: 200 * time.Millisecond})
+	held := make([]byte, 64)
+	_, err = target2.Register(core.RegionDesc{Addr: memory.Addr(held), Len: 64}, rw)
+	require.NoError(t, err)
+	rc2, err := dialRaw(t, tr2.addr, nil)
+	require.NoError(t, err)
+	_, g, _ = rc2.lease(t, 1, time.Minute, leaseEntry{core.OpWrite, memory.Addr(held), 8})
+	require.Equal(t, status.OK, g[0].code)
+	start := time.Now()
+	require.NoError(t, target2.Uninstall("shm"))
+	require.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
+	require.Less(t, time.Since(start), 5*time.Second)
+	requireIdle(t, tr2, false)
 }
 
 func TestAuthentication(t *testing.T) {

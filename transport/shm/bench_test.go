@@ -1,0 +1,97 @@
+//go:build linux
+
+package shm
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/status"
+)
+
+// BenchmarkShm moves batches of 128 requests between this process and a
+// peer process, through the peer's memfd allocation (mapped) and its Go
+// heap (process_vm), and measures a plain copy() over the same layout in
+// the same run as the reference. Request i of a batch is at offset
+// (i*size) mod 256 MiB on both sides, so small sizes stay cache-resident
+// exactly as the memcpy reference does.
+//
+//	go test -run '^$' -bench BenchmarkShm -benchtime 2s ./transport/shm/
+func BenchmarkShm(b *testing.B) {
+	const (
+		span  = 256 << 20
+		batch = 128
+	)
+	peer := startPeer(b, peertest.Buffer{Size: span, Perm: rw, Alloc: true}, peertest.Buffer{Size: span, Perm: rw})
+	e, tr := newEngine(b, core.Options{DefaultTimeout: time.Minute})
+	seg := openSeg(b, e, peer.Name)
+	local := localBuf(b, e, span)
+	other := make([]byte, span)
+	copy(other, local)
+
+	gbps := func(b *testing.B, bytes int64) {
+		b.ReportMetric(float64(bytes)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GB/s")
+	}
+	for _, size := range []uint64{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20} {
+		name := fmt.Sprintf("%dKiB", size>>10)
+		if size >= 1<<20 {
+			name = fmt.Sprintf("%dMiB", size>>20)
+		}
+		off := func(i int) uint64 { return (uint64(i) * size) % span }
+		b.Run("memcpy/"+name, func(b *testing.B) {
+			b.SetBytes(int64(batch * size))
+			for n := 0; n < b.N; n++ {
+				for i := 0; i < batch; i++ {
+					o := off(i)
+					copy(other[o:o+size], local[o:o+size])
+				}
+			}
+			gbps(b, int64(batch*size))
+		})
+		for buf, path := range []string{"mapped", "process_vm"} {
+			for _, op := range []core.Op{core.OpWrite, core.OpRead} {
+				b.Run(fmt.Sprintf("%s/%s/%s", path, opName(op), name), func(b *testing.B) {
+					reqs := make([]core.TransferRequest, batch)
+					for i := range reqs {
+						o := off(i)
+						reqs[i] = core.TransferRequest{Op: op, Local: memory.Addr(local) + o, Segment: seg,
+							Remote: peer.Buffers[buf].Addr + o, Len: size}
+					}
+					once := func() {
+						bt, err := e.Submit(reqs, core.TransferOptions{})
+						if err != nil {
+							b.Fatal(err)
+						}
+						<-bt.Done()
+						if c, _, err := bt.Status(nil); c != status.OK {
+							b.Fatalf("batch: %v", err)
+						}
+						e.ReleaseBatch(bt)
+					}
+					once() // connection, mapping, page tables
+					before := tr.Stats()
+					b.SetBytes(int64(batch * size))
+					b.ReportAllocs()
+					b.ResetTimer()
+					for n := 0; n < b.N; n++ {
+						once()
+					}
+					b.StopTimer()
+					gbps(b, int64(batch*size))
+					after := tr.Stats()
+					key := "bytes_mapped"
+					if path == "process_vm" {
+						key = "bytes_process_vm"
+					}
+					if moved := after[key] - before[key]; moved != int64(b.N)*int64(batch*size) {
+						b.Fatalf("%s moved %d bytes, want %d", key, moved, int64(b.N)*int64(batch*size))
+					}
+				})
+			}
+		}
+	}
+}
