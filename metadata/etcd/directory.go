@@ -1,0 +1,469 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+func init() { core.RegisterDirectory("etcd", Open) }
+
+const (
+	// opTimeout bounds each background etcd operation (publish, lease).
+	opTimeout = 5 * time.Second
+	// closeTimeout bounds withdrawing the entry when the engine closes.
+	closeTimeout = 2 * time.Second
+	// fallbackProbe is how long Resolve waits for etcd before it answers
+	// from the watched copy of a name it already knows.
+	fallbackProbe = time.Second
+	// maxValue is the largest descriptor stored whole; a larger one is
+	// stored without its regions (etcd refuses requests over 1.5 MiB by
+	// default, and peers fetch the full descriptor over the control link).
+	maxValue = 1 << 20
+	// Retry backoff of the background publisher and of broken watches.
+	minBackoff = 100 * time.Millisecond
+	maxBackoff = 2 * time.Second
+	// maxStaleLeases bounds the leases remembered for revocation.
+	maxStaleLeases = 8
+)
+
+// Directory is the etcd metadata backend of one engine: it publishes the
+// engine's descriptor under a lease and resolves (and watches) peers'.
+type Directory struct {
+	cfg        config
+	cli        *clientv3.Client
+	name, key  string
+	inc        uint64
+	invalidate func(name string)
+
+	ctx    context.Context // canceled by Close; ends every goroutine
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	kick   chan struct{} // wakes the session: a newer descriptor waits
+
+	startMu sync.Mutex // serializes the first, synchronous publish
+
+	mu       sync.Mutex
+	closed   bool
+	started  bool
+	want     []byte // latest value to publish
+	wantGen  uint64
+	lease    clientv3.LeaseID   // the lease our key is attached to (0: none)
+	stale    []clientv3.LeaseID // leases given up on, revoked when etcd answers
+	kaCancel context.CancelFunc // stops the keep-alive of lease
+	ka       <-chan *clientv3.LeaseKeepAliveResponse
+	watches  map[string]*watched
+
+	// Counters for tests and diagnostics.
+	published   atomic.Int64 // successful writes of our key
+	regrants    atomic.Int64 // leases granted after the first
+	invalidated atomic.Int64 // InvalidatePeer calls from watches
+	fallbacks   atomic.Int64 // resolves answered from the watched copy
+}
+
+// watched is what the watch of one peer name has last seen.
+type watched struct {
+	desc *wire.SegmentDesc // nil when deleted or malformed
+	rev  int64             // etcd revision of desc
+}
+
+// Open is the core.DirectoryFactory for "etcd://" URLs.
+func Open(url string, e *core.Engine) (core.Directory, error) {
+	return open(url, e, e.InvalidatePeer)
+}
+
+// open connects to etcd and grants the engine's lease, so an unreachable
+// etcd fails engine creation within the dial timeout. invalidate is called
+// with a peer's name when its watched entry changes.
+func open(url string, e *core.Engine, invalidate func(string)) (*Directory, error) {
+	cfg, err := parseURL(url, e.Options().MetadataPrefix)
+	if err != nil {
+		return nil, err
+	}
+	eps := make([]string, len(cfg.endpoints))
+	for i, h := range cfg.endpoints {
+		eps[i] = "http://" + h
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   eps,
+		DialTimeout: cfg.dialTimeout,
+		// Detect a dead connection (a vanished host) within ~15 s; etcd
+		// refuses pings more often than every 5 s.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Logger:               zap.NewNop(), // a library must not write to the host's stderr
+	})
+	if err != nil {
+		return nil, status.Errorf(status.InvalidArgument, "etcd: client for %s: %w", strings.Join(cfg.endpoints, ","), err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Directory{
+		cfg: cfg, cli: cli, name: e.Name(), key: cfg.segmentKey(e.Name()), inc: e.Incarnation(),
+		invalidate: invalidate, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
+		watches: map[string]*watched{},
+	}
+	gctx, gcancel := context.WithTimeout(ctx, cfg.dialTimeout)
+	g, err := cli.Grant(gctx, cfg.ttlSeconds())
+	gcancel()
+	if err != nil {
+		cancel()
+		_ = cli.Close()
+		return nil, d.wrapErr(err, cfg.dialTimeout, "connecting")
+	}
+	d.lease = g.ID
+	return d, nil
+}
+
+// Publish stores the descriptor under <prefix>/segments/<name>. The first
+// call (at engine start) claims the name and reports a collision or an
+// unreachable etcd; later calls hand the newest descriptor to the
+// background publisher and return at once, so registration never waits for
+// etcd.
+func (d *Directory) Publish(desc *wire.SegmentDesc, encoded []byte) error {
+	val, err := value(desc, encoded)
+	if err != nil {
+		return err
+	}
+	d.startMu.Lock()
+	defer d.startMu.Unlock()
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return status.Errorf(status.Closed, "etcd: directory is closed")
+	}
+	if d.started {
+		if desc.Generation >= d.wantGen {
+			d.want, d.wantGen = val, desc.Generation
+		}
+		d.mu.Unlock()
+		select {
+		case d.kick <- struct{}{}:
+		default:
+		}
+		return nil
+	}
+	lease := d.lease
+	d.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.dialTimeout)
+	rev, err := d.claim(ctx, lease, val)
+	cancel()
+	if err != nil {
+		if status.HasCode(err) {
+			return err
+		}
+		return d.wrapErr(err, d.cfg.dialTimeout, fmt.Sprintf("publishing segment %q", d.name))
+	}
+	d.published.Add(1)
+	kaCtx, kaCancel := context.WithCancel(d.ctx)
+	ka, err := d.cli.KeepAlive(kaCtx, lease)
+	if err != nil {
+		kaCancel()
+		return d.wrapErr(err, d.cfg.dialTimeout, "keeping the lease alive")
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.closed {
+		kaCancel()
+		return status.Errorf(status.Closed, "etcd: directory closed while publishing")
+	}
+	d.started = true
+	d.want, d.wantGen = val, desc.Generation
+	d.ka, d.kaCancel = ka, kaCancel
+	d.wg.Add(1)
+	go d.session(rev)
+	return nil
+}
+
+// value is what is stored for desc: its encoding, or, when that is too
+// large for etcd, the descriptor without its regions.
+func value(desc *wire.SegmentDesc, encoded []byte) ([]byte, error) {
+	if encoded == nil {
+		b, err := desc.MarshalBinary()
+		if err != nil {
+			return nil, err
+		}
+		encoded = b
+	}
+	if len(encoded) <= maxValue {
+		return encoded, nil
+	}
+	slim := *desc
+	slim.Regions = nil
+	return slim.MarshalBinary()
+}
+
+// claim writes val under our key attached to lease, if the key is absent
+// or already ours (our lease, or an earlier lease of this incarnation);
+// otherwise it fails with NameInUse. It returns the revision of the write.
+// Errors other than NameInUse are the etcd client's, unwrapped.
+func (d *Directory) claim(ctx context.Context, lease clientv3.LeaseID, val []byte) (int64, error) {
+	put := clientv3.OpPut(d.key, string(val), clientv3.WithLease(lease))
+	get := clientv3.OpGet(d.key)
+	cmp := clientv3.Compare(clientv3.LeaseValue(d.key), "=", lease) // fast path: an update
+	for attempt := 0; attempt < 8; attempt++ {
+		resp, err := d.cli.Txn(ctx).If(cmp).Then(put).Else(get).Commit()
+		if err != nil {
+			return 0, err
+		}
+		if resp.Succeeded {
+			return resp.Header.Revision, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			cmp = clientv3.Compare(clientv3.CreateRevision(d.key), "=", 0)
+			continue
+		}
+		kv := kvs[0]
+		if !d.ours(kv.Lease, kv.Value, lease) {
+			return 0, d.inUse(ctx, kv)
+		}
+		cmp = clientv3.Compare(clientv3.ModRevision(d.key), "=", kv.ModRevision)
+	}
+	return 0, status.Errorf(status.Busy, "etcd: key %s keeps changing under us; not published", d.key)
+}
+
+// ours reports whether a stored entry belongs to this engine.
+func (d *Directory) ours(kvLease int64, val []byte, lease clientv3.LeaseID) bool {
+	if lease != 0 && kvLease == int64(lease) {
+		return true
+	}
+	od, err := wire.UnmarshalSegmentDesc(val)
+	return err == nil && od.Incarnation == d.inc
+}
+
+// inUse describes who holds our name.
+func (d *Directory) inUse(ctx context.Context, kv *mvccpb.KeyValue) error {
+	holder := "an entry that is not a valid descriptor"
+	if od, err := wire.UnmarshalSegmentDesc(kv.Value); err == nil {
+		holder = fmt.Sprintf("a live engine (pid %d, control address %s, incarnation %#x)",
+			od.PID, controlAddr(od), od.Incarnation)
+	}
+	expiry := "; the entry has no lease, so it stays until someone deletes it"
+	if kv.Lease != 0 {
+		expiry = fmt.Sprintf("; it is held by etcd lease %x", kv.Lease)
+		if r, err := d.cli.TimeToLive(ctx, clientv3.LeaseID(kv.Lease)); err == nil && r.TTL > 0 {
+			expiry += fmt.Sprintf(", which expires in %ds unless that engine keeps it alive", r.TTL)
+		}
+	}
+	return status.Errorf(status.NameInUse, "etcd: segment name %q is already in use: key %s holds %s%s",
+		d.name, d.key, holder, expiry)
+}
+
+func controlAddr(d *wire.SegmentDesc) string {
+	for _, ep := range d.Endpoints {
+		if ep.Transport == "ctl" {
+			return ep.Addr
+		}
+	}
+	return "none"
+}
+
+// session keeps our entry published until Close: it renews the lease (the
+// client's KeepAlive), publishes newer descriptors, and, when the lease is
+// lost (expired while etcd was unreachable, or revoked) or the key deleted,
+// grants a new lease and claims the name again, retrying with backoff
+// until etcd answers.
+func (d *Directory) session(rev int64) {
+	defer d.wg.Done()
+	own := d.watchOwn(rev + 1)
+	dirty := false
+	backoff := minBackoff
+	var timer *time.Timer
+	var retry <-chan time.Time
+	arm := func(after time.Duration) {
+		if retry == nil {
+			timer = time.NewTimer(after)
+			retry = timer.C
+		}
+	}
+	defer func() {
+		if timer != nil {
+			timer.Stop()
+		}
+	}()
+	for {
+		d.mu.Lock()
+		ka := d.ka
+		d.mu.Unlock()
+		select {
+		case <-d.ctx.Done():
+			return
+		case _, ok := <-ka:
+			if !ok { // expired, revoked, or no renewal within the TTL
+				d.dropLease()
+				dirty = true
+				arm(0)
+			}
+		case <-d.kick:
+			dirty = true
+			arm(0)
+		case wr, ok := <-own:
+			if !ok || wr.Err() != nil {
+				own = nil // watched again after the next successful claim
+				dirty = true
+				arm(0)
+				continue
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					dirty = true
+					arm(0)
+				}
+			}
+		case <-retry:
+			retry = nil
+			if !dirty {
+				continue
+			}
+			rev, err := d.sync()
+			if err != nil {
+				arm(backoff)
+				backoff = min(backoff*2, maxBackoff)
+				continue
+			}
+			dirty, backoff = false, minBackoff
+			if own == nil {
+				own = d.watchOwn(rev + 1)
+			}
+		}
+	}
+}
+
+// watchOwn watches our key from rev, to notice its deletion.
+func (d *Directory) watchOwn(rev int64) clientv3.WatchChan {
+	return d.cli.Watch(clientv3.WithRequireLeader(d.ctx), d.key, clientv3.WithRev(rev))
+}
+
+// dropLease forgets the current lease (remembering it for revocation).
+func (d *Directory) dropLease() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.kaCancel != nil {
+		d.kaCancel()
+	}
+	if d.lease != 0 && len(d.stale) < maxStaleLeases {
+		d.stale = append(d.stale, d.lease)
+	}
+	d.lease, d.ka, d.kaCancel = 0, nil, nil
+}
+
+// sync publishes the latest descriptor, with a new lease if needed.
+func (d *Directory) sync() (int64, error) {
+	ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
+	defer cancel()
+	d.mu.Lock()
+	lease, val := d.lease, d.want
+	d.mu.Unlock()
+	if lease == 0 {
+		g, err := d.cli.Grant(ctx, d.cfg.ttlSeconds())
+		if err != nil {
+			return 0, err
+		}
+		kaCtx, kaCancel := context.WithCancel(d.ctx)
+		ka, err := d.cli.KeepAlive(kaCtx, g.ID)
+		if err != nil {
+			kaCancel()
+			return 0, err
+		}
+		d.regrants.Add(1)
+		lease = g.ID
+		d.mu.Lock()
+		d.lease, d.ka, d.kaCancel = g.ID, ka, kaCancel
+		d.mu.Unlock()
+	}
+	rev, err := d.claim(ctx, lease, val)
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		d.dropLease()
+	}
+	if err != nil {
+		return 0, err
+	}
+	d.published.Add(1)
+	d.revokeStale(ctx)
+	return rev, nil
+}
+
+// revokeStale revokes leases given up on; our key is no longer attached
+// to them, so this deletes nothing of ours.
+func (d *Directory) revokeStale(ctx context.Context) {
+	d.mu.Lock()
+	stale := d.stale
+	d.stale = nil
+	d.mu.Unlock()
+	var keep []clientv3.LeaseID
+	for _, id := range stale {
+		if _, err := d.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			keep = append(keep, id)
+		}
+	}
+	if len(keep) > 0 {
+		d.mu.Lock()
+		d.stale = append(keep, d.stale...)
+		d.mu.Unlock()
+	}
+}
+
+// Close stops publishing and watching, deletes our entry (only if it is
+// still ours) and revokes our leases, waiting at most closeTimeout for
+// etcd; an entry left behind expires with its lease.
+func (d *Directory) Close() error {
+	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return status.Errorf(status.Closed, "etcd: directory already closed")
+	}
+	d.closed = true
+	d.mu.Unlock()
+	d.cancel()
+	d.wg.Wait()
+
+	d.mu.Lock()
+	leases := append([]clientv3.LeaseID(nil), d.stale...)
+	if d.lease != 0 {
+		leases = append(leases, d.lease)
+	}
+	lease := d.lease
+	d.mu.Unlock()
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	err := d.withdraw(ctx, lease)
+	for _, id := range leases {
+		if _, rerr := d.cli.Revoke(ctx, id); rerr != nil && !errors.Is(rerr, rpctypes.ErrLeaseNotFound) && err == nil {
+			err = d.wrapErr(rerr, closeTimeout, "revoking the lease")
+		}
+	}
+	_ = d.cli.Close()
+	return err
+}
+
+// withdraw deletes our key if it is still ours.
+func (d *Directory) withdraw(ctx context.Context, lease clientv3.LeaseID) error {
+	resp, err := d.cli.Get(ctx, d.key)
+	if err != nil {
+		return d.wrapErr(err, closeTimeout, fmt.Sprintf("withdrawing segment %q", d.name))
+	}
+	if len(resp.Kvs) == 0 {
+		return nil
+	}
+	kv := resp.Kvs[0]
+	if !d.ours(kv.Lease, kv.Value, lease) {
+		return nil
+	}
+	_, err = d.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(d.key), "=", kv.ModRevision)).
+		Then(clientv3.OpDelete(d.key)).Commit()
+	return d.wrapErr(err, closeTimeout, fmt.Sprintf("withdrawing segment %q", d.name))
+}

@@ -1,0 +1,93 @@
+// Package etcd is tent's cluster metadata backend: engines publish their
+// segment descriptors in etcd and find each other by name. It registers
+// the "etcd" scheme with core; an engine uses it with
+//
+//	Options.Metadata       = "etcd://host:port[,host:port...][?ttl=N&dial_timeout=D]"
+//	Options.MetadataPrefix = "/tent"   (the default when empty)
+//
+// (tent_engine_options.metadata and .metadata_prefix in the C ABI). Several
+// endpoints are members of one cluster; the client balances over them.
+// ttl (default 10 s) is the lease TTL of the engine's entry and
+// dial_timeout (default 5 s) bounds how long engine creation waits for
+// etcd; both take a Go duration ("1500ms") or a number of seconds ("2").
+// Unknown parameters are refused. The connection is plaintext and
+// unauthenticated.
+//
+// # Key layout
+//
+//	<prefix>/segments/<name>   the engine's descriptor, in the wire binary
+//	                           encoding (wire.SegmentDesc.MarshalBinary),
+//	                           attached to the engine's lease
+//
+// A trailing "/" of the prefix is ignored; "/" alone puts the keys at
+// "/segments/<name>". Engines with different prefixes are in different
+// namespaces. A descriptor whose encoding exceeds 1 MiB (etcd refuses
+// requests over 1.5 MiB by default) is stored without its regions; peers
+// get the full descriptor over the control link in any case.
+//
+// # Publishing, leases and names
+//
+// At engine creation the backend connects and grants a lease (an
+// unreachable etcd fails creation with TENT_ERR_TIMEOUT or
+// TENT_ERR_TRANSPORT within dial_timeout), then claims the name in one
+// transaction: the key is created only if it is absent, or rewritten if it
+// is already this engine's (its lease, or its incarnation). A key held by
+// anyone else fails creation with TENT_ERR_NAME_IN_USE, naming the holder
+// (pid, control address) and when its lease expires; nothing is
+// overwritten. An engine that dies without closing therefore holds its
+// name until its lease expires (up to ttl).
+//
+// The client's KeepAlive renews the lease every ttl/3. Registration
+// changes are published in the background (the newest descriptor wins;
+// registering never waits for etcd), with a compare on the lease so only
+// the owner writes. If the lease is lost (it expired while etcd was
+// unreachable, or an operator revoked it) or the key is deleted, the
+// engine grants a new lease and claims its name again, retrying with
+// backoff until etcd answers; if another engine took the name meanwhile,
+// it keeps retrying and never overwrites that engine's entry.
+//
+// A clean Close deletes the key (if still this engine's) and revokes the
+// lease at once, waiting at most 2 s for etcd; a killed engine's key
+// disappears when its lease expires.
+//
+// # Resolving and watching
+//
+// Resolve reads <prefix>/segments/<name> within the caller's deadline and
+// decodes it with wire.UnmarshalSegmentDesc: a malformed or oversized
+// value is TENT_ERR_PROTOCOL (an unknown format version
+// TENT_ERR_VERSION_MISMATCH), a descriptor naming another segment is
+// TENT_ERR_PROTOCOL, a missing key is TENT_ERR_NOT_FOUND. The engine then
+// connects to the descriptor's control endpoint and takes the
+// authoritative descriptor from the peer itself.
+//
+// The first successful Resolve of a name starts a watch on its key from
+// the revision read. Every change — a new generation (regions registered
+// or unregistered), a new incarnation (the peer restarted under the same
+// name), a deletion (the peer closed or its lease expired) — calls
+// Engine.InvalidatePeer, so the next transfer to that peer refreshes the
+// descriptor before using it, and transports see a new Peer.Epoch. A
+// broken watch resumes from the last revision seen, so no change is
+// missed; if etcd compacted that history the peer is invalidated and the
+// watch resumes from the oldest revision left. Watches end with the
+// engine.
+//
+// # When etcd is unreachable
+//
+//   - Established peers keep working: transfers use the cached descriptors
+//     and the peers' control links and data connections, none of which
+//     needs etcd. If such a peer must be refreshed meanwhile, Resolve
+//     waits at most 1 s for etcd and then answers from the watched copy.
+//   - A name never resolved before fails with TENT_ERR_TIMEOUT (or
+//     TENT_ERR_TRANSPORT) within the caller's deadline, naming the etcd
+//     endpoints.
+//   - Engine creation fails within dial_timeout.
+//   - The engine's own entry stays while etcd keeps its lease. When etcd
+//     answers again the client resumes renewing; if the lease was given up
+//     (no renewal within ttl) a new one is granted and the entry
+//     rewritten under it, and the old lease is revoked. Watches resume
+//     from where they stopped.
+//
+// Go client: go.etcd.io/etcd/client/v3 v3.5, which speaks to etcd 3.4 and
+// 3.5 servers; its logging is disabled (a library must not write to its
+// host's stderr).
+package etcd
