@@ -1,0 +1,305 @@
+package tcp_test
+
+import (
+	"encoding/binary"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+// fakePeer is a misbehaving engine: it answers the control link with a
+// descriptor offering a tcp endpoint and 1 GiB of memory, completes the
+// data handshake and hello, and then does what mode says.
+type fakePeer struct {
+	t    testing.TB
+	ln   net.Listener
+	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset
+	desc []byte
+	inc  uint64
+
+	mu    sync.Mutex
+	conns []net.Conn
+	wg    sync.WaitGroup
+	done  chan struct{}
+}
+
+const fakeBase = 1 << 40
+
+func startFake(t testing.TB, mode string) *fakePeer {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	f := &fakePeer{t: t, ln: ln, mode: mode, inc: 0xfa4e, done: make(chan struct{})}
+	d := &wire.SegmentDesc{Name: addr, MachineID: "fake", PID: 1, Incarnation: f.inc, Generation: 1,
+		Endpoints: []wire.Endpoint{{Transport: "ctl", Addr: addr}, {Transport: "tcp", Addr: addr}},
+		Regions:   []wire.RegionDesc{{Addr: fakeBase, Len: 1 << 30, Perm: wire.PermRead | wire.PermWrite, Location: "cpu"}}}
+	f.desc, err = d.MarshalBinary()
+	require.NoError(t, err)
+	f.wg.Add(1)
+	go f.accept()
+	t.Cleanup(f.close)
+	return f
+}
+
+func (f *fakePeer) addr() string { return f.ln.Addr().String() }
+
+func (f *fakePeer) accept() {
+	defer f.wg.Done()
+	for {
+		c, err := f.ln.Accept()
+		if err != nil {
+			return
+		}
+		f.mu.Lock()
+		f.conns = append(f.conns, c)
+		f.mu.Unlock()
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.serve(c)
+		}()
+	}
+}
+
+func (f *fakePeer) close() {
+	close(f.done)
+	f.ln.Close()
+	f.mu.Lock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+	f.mu.Unlock()
+	f.wg.Wait()
+}
+
+func (f *fakePeer) serve(c net.Conn) {
+	kind, _, err := wire.ServerHandshake(c, wire.HandshakeConfig{Deadline: time.Now().Add(5 * time.Second), LocalName: f.addr()})
+	if err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	switch kind {
+	case core.KindControl:
+		for {
+			typ, payload, err := wire.ReadFrame(c, 0, nil)
+			if err != nil {
+				return
+			}
+			if typ != 1 { // ctlGetDesc
+				continue
+			}
+			enc := wire.NewEncoder(nil)
+			enc.U64(binary.LittleEndian.Uint64(payload))
+			enc.U32(0)
+			enc.String("")
+			enc.Bytes(f.desc)
+			if wire.WriteFrame(c, 2, enc.Out()) != nil {
+				return
+			}
+		}
+	case core.KindTCPData:
+		hello := make([]byte, 16)
+		copy(hello, "TTCP")
+		binary.LittleEndian.PutUint16(hello[4:], 1)
+		binary.LittleEndian.PutUint64(hello[8:], f.inc)
+		if _, err := c.Write(hello); err != nil {
+			return
+		}
+		switch f.mode {
+		case "stall":
+			<-f.done // hold the connection, never read
+		case "silent":
+			_, _ = io.Copy(io.Discard, c)
+		case "reset":
+			_, _ = io.ReadFull(c, make([]byte, 1000))
+			_ = c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+	}
+}
+
+// settled waits for every request of the batch to be let go by the
+// transport and returns the time that took.
+func settled(t testing.TB, b *core.Batch, limit time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	select {
+	case <-b.Settled():
+	case <-time.After(limit):
+		t.Fatalf("requests still held by the transport after %v", limit)
+	}
+	return time.Since(start)
+}
+
+// A peer that stops reading, or stops answering: the requests fail by
+// their deadline (Timeout) and the transport lets go of all of them.
+func TestUnresponsivePeer(t *testing.T) {
+	for _, mode := range []string{"stall", "silent"} {
+		t.Run(mode, func(t *testing.T) {
+			f := startFake(t, mode)
+			e, tr := newEngine(t, core.Options{DefaultTimeout: 5 * time.Second})
+			local := register(t, e, 64<<20, 0)
+			seg, err := e.OpenSegment(f.addr())
+			require.NoError(t, err)
+			reqs := []core.TransferRequest{
+				{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 64 << 20},
+				{Op: core.OpRead, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 4096},
+				{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 1},
+			}
+			const timeout = 700 * time.Millisecond
+			b, err := e.Submit(reqs, core.TransferOptions{Timeout: timeout})
+			require.NoError(t, err)
+			took := settled(t, b, 10*time.Second)
+			require.Less(t, took, timeout+500*time.Millisecond)
+			code, _ := b.Wait(0)
+			require.Equal(t, status.Timeout, code)
+			require.Positive(t, tr.Stats()["timeouts"])
+			e.ReleaseBatch(b)
+			require.Zero(t, tr.Stats()["requests_in_flight"])
+		})
+	}
+}
+
+// A connection reset fails its requests with TransportError at once, and
+// the engine goes on working with other peers.
+func TestConnectionReset(t *testing.T) {
+	f := startFake(t, "reset")
+	e, tr := newEngine(t, core.Options{})
+	local := register(t, e, 8<<20, 0)
+	seg, err := e.OpenSegment(f.addr())
+	require.NoError(t, err)
+	reqs := make([]core.TransferRequest, 8)
+	for i := range reqs {
+		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 1 << 20}
+	}
+	start := time.Now()
+	code, st, err := run(t, e, reqs, 10*time.Second)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Equal(t, status.TransportError, code, "%v", err)
+	for _, s := range st {
+		require.Equal(t, status.TransportError, s.Code)
+	}
+	require.Zero(t, tr.Stats()["requests_in_flight"])
+
+	// Another peer still works.
+	b, _ := newEngine(t, core.Options{})
+	dst := alloc(t, b, 8<<20, rw)
+	seg2, err := e.OpenSegment(b.Name())
+	require.NoError(t, err)
+	random(local)
+	code, _, err = run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg2,
+		Remote: memory.Addr(dst), Len: 8 << 20}}, 10*time.Second)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, local, dst)
+}
+
+// Connections the target closes under the initiator (as a network reset
+// would): the requests in flight fail with TransportError, and the next
+// batch dials again.
+func TestReconnectAfterDrop(t *testing.T) {
+	a, ta := newEngine(t, core.Options{})
+	b, tb := newEngine(t, core.Options{})
+	src := alloc(t, a, 64<<20, 0)
+	dst := alloc(t, b, 64<<20, rw)
+	random(src)
+	seg, err := a.OpenSegment(b.Name())
+	require.NoError(t, err)
+	reqs := make([]core.TransferRequest, 64)
+	for i := range reqs {
+		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src) + uint64(i<<20), Segment: seg,
+			Remote: memory.Addr(dst) + uint64(i<<20), Len: 1 << 20}
+	}
+	bt, err := a.Submit(reqs, core.TransferOptions{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return tb.Stats()["bytes_received"] > 1<<20 }, 5*time.Second, time.Millisecond)
+	tb.ResetServerConns()
+	settled(t, bt, 5*time.Second)
+	st := make([]core.RequestStatus, len(reqs))
+	bt.Status(st)
+	for _, s := range st {
+		require.Contains(t, []status.Code{status.OK, status.TransportError}, s.Code)
+	}
+	a.ReleaseBatch(bt)
+
+	code, _, err := run(t, a, reqs, 10*time.Second)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, src, dst)
+	require.GreaterOrEqual(t, ta.Stats()["dials"], int64(2))
+}
+
+// kill -9 of the peer in the middle of a batch: every request ends by its
+// deadline with TransportError or Timeout (or OK, if it got through);
+// another peer still works; the peer restarted at the same address is
+// reachable again through the same segment.
+func TestPeerKilledMidBatch(t *testing.T) {
+	const size = 16 << 20
+	cfg := peertest.Config{Transports: []string{"tcp"}, Buffers: []peertest.Buffer{{Size: size, Perm: rw}}}
+	peer := peertest.Start(t, cfg)
+	e, tr := newEngine(t, core.Options{})
+	local := register(t, e, size, 0)
+	random(local)
+	seg, err := e.OpenSegment(peer.Name)
+	require.NoError(t, err)
+	reqs := make([]core.TransferRequest, 512)
+	for i := range reqs {
+		off := uint64(i%16) << 20
+		reqs[i] = core.TransferRequest{Op: core.Op(i % 2), Local: memory.Addr(local) + off, Segment: seg,
+			Remote: peer.Buffers[0].Addr + off, Len: 1 << 20}
+	}
+	const timeout = 5 * time.Second
+	b, err := e.Submit(reqs, core.TransferOptions{Timeout: timeout})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return tr.Stats()["bytes_sent"] > 8<<20 }, 5*time.Second, time.Millisecond)
+	peer.Kill()
+	t.Logf("settled after kill in %v", settled(t, b, timeout+time.Second))
+	st := make([]core.RequestStatus, len(reqs))
+	b.Status(st)
+	failed := 0
+	for _, s := range st {
+		require.Contains(t, []status.Code{status.OK, status.TransportError, status.Timeout}, s.Code)
+		if s.Code != status.OK {
+			failed++
+		}
+	}
+	require.Positive(t, failed)
+	e.ReleaseBatch(b)
+	require.Zero(t, tr.Stats()["requests_in_flight"])
+
+	// Another peer works.
+	other := peertest.Start(t, cfg)
+	seg2, err := e.OpenSegment(other.Name)
+	require.NoError(t, err)
+	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg2,
+		Remote: other.Buffers[0].Addr, Len: 1 << 20}}, 10*time.Second)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, peertest.Pattern(0, 1<<20), local[:1<<20])
+
+	// The peer comes back at the same address, as a new incarnation with
+	// new content; the old segment reaches it after at most a few failed
+	// batches (the first ones may still be routed to the old incarnation).
+	cfg.ListenAddr = peer.Name
+	back := peertest.Start(t, cfg)
+	require.Equal(t, peer.Name, back.Name)
+	_, err = back.Cmd("fill 0 77")
+	require.NoError(t, err)
+	ok := false
+	for attempt := 0; attempt < 10 && !ok; attempt++ {
+		t0 := time.Now()
+		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
+			Remote: back.Buffers[0].Addr, Len: 1 << 20}}, 5*time.Second)
+		t.Logf("attempt %d after restart: %v in %v: %v", attempt, code, time.Since(t0), err)
+		ok = code == status.OK
+	}
+	require.True(t, ok, "the restarted peer is not reachable through the old segment")
+	require.Equal(t, peertest.Pattern(77, 1<<20), local[:1<<20])
+}
