@@ -444,6 +444,15 @@ func TestEtcdOutage(t *testing.T) {
 	cmd(t, b, "unregister 1")
 	cmd(t, b, "register 1")
 	require.NoError(t, write(segB, b, 5))
+	// Asked directly, the directory answers for a watched name from its
+	// copy after a short probe, and fails for a name it never resolved.
+	start = time.Now()
+	d, err := sp.d.Resolve("svc-b", time.Now().Add(5*time.Second))
+	require.NoError(t, err)
+	require.Equal(t, "svc-b", d.Name)
+	require.Less(t, time.Since(start), fallbackProbe+time.Second)
+	_, err = sp.d.Resolve("svc-fresh", time.Now().Add(time.Second))
+	require.Equal(t, status.Timeout, status.CodeOf(err), "%v", err)
 
 	// Stay down longer than the TTL, so every client gives its lease up.
 	if rest := ttl + 500*time.Millisecond - time.Since(down); rest > 0 {
@@ -569,7 +578,9 @@ func TestPrefix(t *testing.T) {
 	_, err := e1.OpenSegment("outsider")
 	require.Equal(t, status.NotFound, status.CodeOf(err), "%v", err)
 	require.Contains(t, err.Error(), "/cluster-1/segments/outsider")
-	e3, _ := newEngine(t, srv, "insider", core.Options{})
+	// A dead endpoint listed first: the client uses the live one.
+	e3, _ := newEngine(t, srv, "insider", core.Options{
+		Metadata: "etcdspy://" + freePort(t) + "," + srv.clientAddr + "?ttl=2"})
 	s, err := e3.OpenSegment("outsider")
 	require.NoError(t, err)
 	require.EqualValues(t, peer.PID, s.Peer().Desc().PID)
