@@ -536,6 +536,7 @@ func TestReallocReimports(t *testing.T) {
 	require.Equal(t, int64(2), st["imports_total"], "a new import happened")
 	require.Equal(t, int64(1), st["mappings"])
 	require.Equal(t, handles, f.Counters().Handles)
+	require.Equal(t, int64(2), peerFake(t, peer).ExportedFDs, "the target exported the new allocation")
 	require.NoError(t, e.Close())
 	f.AssertClean(t)
 	require.NoError(t, peer.Stop())
