@@ -764,14 +764,18 @@ func TestTargetUninstallWaitsForLeases(t *testing.T) {
 		took <- out
 	}()
 	time.Sleep(300 * time.Millisecond)
+	select {
+	case out := <-took:
+		t.Fatalf("the target's uninstall returned (%s) while our lease was held", out)
+	default:
+	}
 	close(release)
 	code, err := b.Wait(-1)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, peertest.Pattern(0, size), readDev(t, d, lr.Addr, size))
 	ms, err := strconv.Atoi(<-took)
 	require.NoError(t, err)
-	require.GreaterOrEqual(t, ms, 250, "the target waited for the lease")
-	require.Less(t, ms, int(closeWait/time.Millisecond), "and no longer than needed")
+	require.Less(t, ms, int(closeWait/time.Millisecond), "the target waited no longer than needed")
 	testHook = nil
 	// Its sessions are gone: our imports of it went with them.
 	eventually(t, "imports released", func() bool { return cudaOf(e).Stats()["mappings"] == 0 })
