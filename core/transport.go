@@ -2,6 +2,7 @@ package core
 
 import (
 	"fmt"
+	"slices"
 	"runtime/debug"
 	"sync"
 
@@ -50,11 +51,28 @@ func RegisterTransport(name string, f Factory) {
 	factories[name] = f
 }
 
-// AvailableTransports lists the registered transport names in install order.
+// preference is the default order of the built-in transports: the most
+// direct path that can serve a request wins. Others follow in registration
+// order.
+var preference = []string{"local", "cuda", "shm", "tcp"}
+
+// AvailableTransports lists the registered transport names in default
+// preference order.
 func AvailableTransports() []string {
 	factoriesMu.Lock()
 	defer factoriesMu.Unlock()
-	return append([]string(nil), factoryOrd...)
+	out := make([]string, 0, len(factoryOrd))
+	for _, name := range preference {
+		if _, ok := factories[name]; ok {
+			out = append(out, name)
+		}
+	}
+	for _, name := range factoryOrd {
+		if !slices.Contains(preference, name) {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 func lookupFactory(name string) (Factory, bool) {

@@ -296,7 +296,9 @@ static void test_local(void) {
   o = (tent_transfer_options)TENT_TRANSFER_OPTIONS_INIT;
   o.transport = "pigeon";
   CHECK_ST(tent_transfer(a, &good, 1, &o, &batch), TENT_ERR_INVALID_ARGUMENT);
-  o.transport = "cuda"; /* a real name, but not installed */
+  CHECK_ST(tent_uninstall(a, "cuda"), TENT_OK);
+  CHECK_ST(tent_uninstall(a, "cuda"), TENT_ERR_NOT_FOUND);
+  o.transport = "cuda"; /* a real name, but no longer installed */
   CHECK_ST(tent_transfer(a, &good, 1, &o, &batch), TENT_ERR_NOT_FOUND);
   o = (tent_transfer_options)TENT_TRANSFER_OPTIONS_INIT;
   o.reserved0 = 1;
