@@ -3,7 +3,8 @@
 #   make            build/libtent.so, build/include/tent.h and the C demo
 #   make demo       build and run the demo (cpp_examples/demo_register.c)
 #   make test       every suite in TEST_TARGETS (go vet, Go tests with -race,
-#                   C tests, fork tests)
+#                   C tests, fork tests, Python package tests)
+#   make wheel      the Python wheel (dist/), bundling libtent.so
 #   make clean
 #
 # A new suite is one line: TEST_TARGETS += test-foo, and a test-foo rule.
@@ -39,6 +40,7 @@ TEST_TARGETS := test-vet
 TEST_TARGETS += test-go
 TEST_TARGETS += test-c
 TEST_TARGETS += test-fork
+TEST_TARGETS += test-python
 
 .PHONY: all lib demo test $(TEST_TARGETS) clean
 
@@ -110,6 +112,48 @@ test-fork: $(LIB)
 	else \
 	  echo "$(PYTHON) tests/fork/test_fork.py"; $(PYTHON) tests/fork/test_fork.py; \
 	fi
+
+# ---- Python package (python/) and its tests (tests/python) ----------------
+#
+# make wheel        dist/tent-<version>-py3-none-<platform>.whl, bundling
+#                   build/libtent.so (platform tag: python/tools/wheel_tag.py)
+# make test-python  installs that wheel into a fresh venv (build/venv-test,
+#                   with numpy and pytest) and runs tests/python against it
+
+PY_VERSION   = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' python/tent/_version.py)
+WHEEL_GLOB   = dist/tent-$(PY_VERSION)-py3-none-*.whl
+VENV_BUILD  := $(BUILD)/venv-build
+VENV_TEST   := $(BUILD)/venv-test
+PY_SRCS     := $(shell find python -name '*.py' -not -path '*/build/*') python/pyproject.toml python/README.md
+
+$(VENV_BUILD)/.stamp:
+	rm -rf $(VENV_BUILD)
+	$(PYTHON) -m venv $(VENV_BUILD)
+	$(VENV_BUILD)/bin/python -m pip install -q 'setuptools>=70.1'
+	touch $@
+
+$(VENV_TEST)/.stamp:
+	rm -rf $(VENV_TEST)
+	$(PYTHON) -m venv $(VENV_TEST)
+	$(VENV_TEST)/bin/python -m pip install -q numpy pytest
+	touch $@
+
+$(BUILD)/wheel.stamp: $(LIB) $(HEADER) $(PY_SRCS) $(VENV_BUILD)/.stamp
+	cp $(LIB) python/tent/libtent.so && (strip --strip-debug python/tent/libtent.so 2>/dev/null || true)
+	mkdir -p python/tent/include && cp $(HEADER) python/tent/include/tent.h
+	rm -rf python/build dist/tent-*.whl
+	$(VENV_BUILD)/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./python
+	rm -rf python/build python/tent.egg-info
+	@ls $(WHEEL_GLOB)
+	touch $@
+
+.PHONY: wheel
+wheel: $(BUILD)/wheel.stamp
+
+test-python: wheel $(VENV_TEST)/.stamp
+	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
+	cd tests/python && TENT_WHEEL="$$(ls $(CURDIR)/$(WHEEL_GLOB))" TENT_SOURCE_DIR=$(CURDIR) \
+	  $(CURDIR)/$(VENV_TEST)/bin/python -m pytest -q -p no:cacheprovider .
 
 clean:
 	rm -rf $(BUILD)

@@ -59,7 +59,7 @@ class _PyBuffer(ctypes.Structure):
     ]
 
 
-_PyBUF_SIMPLE = 0
+_PyBUF_ANY_CONTIGUOUS = 0x0080 | 0x0018  # | PyBUF_STRIDES
 _get_buffer = ctypes.pythonapi.PyObject_GetBuffer
 _get_buffer.argtypes = [ctypes.py_object, ctypes.POINTER(_PyBuffer), ctypes.c_int]
 _get_buffer.restype = ctypes.c_int
@@ -73,10 +73,10 @@ def _memoryview_address(mv: memoryview) -> int:
     The caller keeps ``mv`` alive, which keeps the address valid."""
     if mv.nbytes == 0:
         return 0
-    if not mv.readonly:
+    if not mv.readonly and mv.c_contiguous:
         return ctypes.addressof(ctypes.c_char.from_buffer(mv))
     view = _PyBuffer()
-    if _get_buffer(mv, ctypes.byref(view), _PyBUF_SIMPLE) != 0:  # pragma: no cover - raises
+    if _get_buffer(mv, ctypes.byref(view), _PyBUF_ANY_CONTIGUOUS) != 0:  # pragma: no cover - raises
         raise BufferError("cannot access the buffer")
     try:
         return int(view.buf or 0)

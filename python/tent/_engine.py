@@ -779,7 +779,7 @@ class AllocatedRegion(Region):
         self.handle  # raises if closed
         if self._views is None:
             raise InvalidArgument("GPU memory has no host view")
-        return memoryview(self._views.array)
+        return memoryview(self._views.array).cast("B")
 
     def numpy(self, dtype: Any = "u1", shape: Any = None) -> Any:
         """A numpy array over the allocation (zero-copy, host memory only)."""
