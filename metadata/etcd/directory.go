@@ -13,6 +13,8 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/status"
@@ -105,6 +107,13 @@ func open(url string, e *core.Engine, invalidate func(string)) (*Directory, erro
 		DialKeepAliveTime:    10 * time.Second,
 		DialKeepAliveTimeout: 5 * time.Second,
 		Logger:               zap.NewNop(), // a library must not write to the host's stderr
+		// Reconnect at least every 2 s while etcd is away (gRPC's default
+		// backoff grows to 2 minutes), so the engine recovers soon after
+		// etcd returns.
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: 5 * time.Second,
+		})},
 	})
 	if err != nil {
 		return nil, status.Errorf(status.InvalidArgument, "etcd: client for %s: %w", strings.Join(cfg.endpoints, ","), err)

@@ -81,8 +81,9 @@
 //     TENT_ERR_TRANSPORT) within the caller's deadline, naming the etcd
 //     endpoints.
 //   - Engine creation fails within dial_timeout.
-//   - The engine's own entry stays while etcd keeps its lease. When etcd
-//     answers again the client resumes renewing; if the lease was given up
+//   - The engine's own entry stays while etcd keeps its lease. The client
+//     tries to reconnect at least every 2 s; when etcd answers again it
+//     resumes renewing; if the lease was given up
 //     (no renewal within ttl) a new one is granted and the entry
 //     rewritten under it, and the old lease is revoked. Watches resume
 //     from where they stopped.
