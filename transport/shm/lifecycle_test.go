@@ -416,3 +416,38 @@ func TestTeardownWhileTransfersRun(t *testing.T) {
 	require.Equal(t, status.OK, code, "%v", err)
 	require.True(t, bytes.Equal(buf, buf)) // content is whatever the hammer left; the read itself is the check
 }
+
+// End to end: the peer unregisters one buffer and frees its allocation;
+// writes to the old addresses are refused with NotRegistered (by the
+// initiator's refreshed descriptor or by the target's lease check,
+// whichever sees it first) and nothing is written.
+func TestWriteAfterPeerUnregistered(t *testing.T) {
+	const size = 64 << 10
+	peer := startPeer(t, peertest.Buffer{Size: size, Perm: rw}, peertest.Buffer{Size: size, Perm: rw, Alloc: true})
+	e, tr := newEngine(t, core.Options{})
+	seg := openSeg(t, e, peer.Name)
+	local := localBuf(t, e, size)
+	reqs := []core.TransferRequest{
+		{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[0].Addr + 1, Len: size - 1},
+		{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[1].Addr + 1, Len: size - 1},
+	}
+	code, _, err := run(t, e, []core.TransferRequest{reqs[0], reqs[1]}, core.TransferOptions{})
+	require.Equal(t, status.OK, code, "%v", err)
+	require.EqualValues(t, 1, tr.Stats()["mappings"])
+	require.NoError(t, firstErr(peer.Cmd("fill 0 3")))
+	_, err = peer.Cmd("unregister 0")
+	require.NoError(t, err)
+	_, err = peer.Cmd("free 1")
+	require.NoError(t, err)
+	for _, r := range reqs {
+		code, st, err := run(t, e, []core.TransferRequest{r}, core.TransferOptions{})
+		require.Equal(t, status.NotRegistered, code, "%v", err)
+		require.Equal(t, status.NotRegistered, st[0].Code)
+		require.Zero(t, st[0].Flags, "not retried elsewhere")
+	}
+	require.Equal(t, peertest.Sum(peertest.Pattern(3, size)), sum(t, peer, 0), "nothing written")
+	require.Eventually(t, func() bool { return tr.Stats()["mappings"] == 0 }, 5*time.Second, time.Millisecond,
+		"the freed allocation is unmapped here too")
+}
+
+func firstErr(_ string, err error) error { return err }
