@@ -57,3 +57,18 @@ func (t *Transport) Serve(e *core.Engine, nc net.Conn) {
 	t.mu.Unlock()
 	t.serve(nc, "test")
 }
+
+func (h reqHeader) N() uint32    { return h.n }
+func (h reqHeader) Addr() uint64 { return h.addr }
+
+func EncodeReqHeader(h reqHeader) []byte {
+	b := make([]byte, reqHeaderSize)
+	putReqHeader(b, h)
+	return b
+}
+
+func EncodeReplyHeader(h replyHeader) []byte {
+	b := make([]byte, replyHeaderSize)
+	putReplyHeader(b, h)
+	return b
+}

@@ -242,7 +242,7 @@ func TestReconnectAfterDrop(t *testing.T) {
 // another peer still works; the peer restarted at the same address is
 // reachable again through the same segment.
 func TestPeerKilledMidBatch(t *testing.T) {
-	const size = 16 << 20
+	const size = 8 << 20
 	cfg := peertest.Config{Transports: []string{"tcp"}, Buffers: []peertest.Buffer{{Size: size, Perm: rw}}}
 	peer := peertest.Start(t, cfg)
 	e, tr := newEngine(t, core.Options{})
@@ -252,7 +252,7 @@ func TestPeerKilledMidBatch(t *testing.T) {
 	require.NoError(t, err)
 	reqs := make([]core.TransferRequest, 512)
 	for i := range reqs {
-		off := uint64(i%16) << 20
+		off := uint64(i%8) << 20
 		reqs[i] = core.TransferRequest{Op: core.Op(i % 2), Local: memory.Addr(local) + off, Segment: seg,
 			Remote: peer.Buffers[0].Addr + off, Len: 1 << 20}
 	}

@@ -1,6 +1,7 @@
 package tcp_test
 
 import (
+	"bytes"
 	"crypto/rand"
 	"fmt"
 	"os"
@@ -85,16 +86,28 @@ func peerSum(t testing.TB, p *peertest.Peer, i int) string {
 // with checksums, over batches of 1 to 1024 requests of 1 byte to 64 MiB
 // at unaligned addresses.
 func TestTransferAcrossProcesses(t *testing.T) {
-	const size = 64<<20 + 4096
+	// Buffer 0 takes the 64 MiB request, buffer 1 the others, so that most
+	// checksums cover little memory.
+	sizes := []int{64<<20 + 4096, 9 << 20}
 	peer := peertest.Start(t, peertest.Config{Transports: []string{"tcp"},
-		Buffers: []peertest.Buffer{{Size: size, Perm: rw}}})
+		Buffers: []peertest.Buffer{{Size: uint64(sizes[0]), Perm: rw}, {Size: uint64(sizes[1]), Perm: rw}}})
 	e, tr := newEngine(t, core.Options{})
-	src := register(t, e, size, 0)
-	dst := register(t, e, size, 0)
+	src := register(t, e, sizes[0], 0)
+	dst := register(t, e, sizes[0], 0)
 	seg, err := e.OpenSegment(peer.Name)
 	require.NoError(t, err)
-	remote := peer.Buffers[0].Addr
-	model := peertest.Pattern(0, size) // what the peer's buffer holds
+	// The models of the peer's buffers start as random data written whole
+	// (peertest.Pattern is slow under the race detector).
+	models := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		models[i] = make([]byte, n)
+		random(models[i])
+		copy(src, models[i])
+		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
+			Remote: peer.Buffers[i].Addr, Len: uint64(n)}}, 30*time.Second)
+		require.Equal(t, status.OK, code, "%v", err)
+		require.Equal(t, peertest.Sum(models[i]), peerSum(t, peer, i))
+	}
 
 	cases := []struct{ batch, n int }{
 		{1, 1}, {1, 4096}, {3, 1000}, {128, 4096}, {1024, 4096}, {1024, 300}, {128, 64 << 10},
@@ -102,9 +115,14 @@ func TestTransferAcrossProcesses(t *testing.T) {
 	}
 	for ci, c := range cases {
 		t.Run(fmt.Sprintf("%dx%d", c.batch, c.n), func(t *testing.T) {
-			random(src)
+			buf := 1
 			stride := c.n + 13
-			require.LessOrEqual(t, 7+c.batch*stride, size)
+			if 7+c.batch*stride > sizes[1] {
+				buf = 0
+			}
+			require.LessOrEqual(t, 7+c.batch*stride, sizes[buf])
+			model, remote := models[buf], peer.Buffers[buf].Addr
+			random(src[:c.batch*stride+3])
 			reqs := make([]core.TransferRequest, c.batch)
 			for i := range reqs {
 				reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src) + uint64(3+i*stride),
@@ -117,7 +135,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 				require.Equal(t, core.TransportTCP, st[i].Transport)
 				require.EqualValues(t, c.n, st[i].Bytes)
 			}
-			require.Equal(t, peertest.Sum(model), peerSum(t, peer, 0), "peer's buffer after the WRITE")
+			require.Equal(t, peertest.Sum(model), peerSum(t, peer, buf), "peer's buffer after the WRITE")
 
 			// READ back, from other offsets, into other local addresses.
 			for i := range reqs {
@@ -127,7 +145,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 			code, _, err = run(t, e, reqs, 30*time.Second)
 			require.Equal(t, status.OK, code, "%v", err)
 			for i := range reqs {
-				if got, want := dst[5+i*stride:5+i*stride+c.n], model[ci+i*stride:ci+i*stride+c.n]; string(got) != string(want) {
+				if !bytes.Equal(dst[5+i*stride:5+i*stride+c.n], model[ci+i*stride:ci+i*stride+c.n]) {
 					t.Fatalf("READ %d of %d bytes differs", i, c.n)
 				}
 			}
