@@ -29,9 +29,9 @@
 //
 // At engine creation the backend connects and grants a lease (an
 // unreachable etcd fails creation with TENT_ERR_TIMEOUT or
-// TENT_ERR_TRANSPORT within dial_timeout), then claims the name in one
-// transaction: the key is created only if it is absent, or rewritten if it
-// is already this engine's (its lease, or its incarnation). A key held by
+// TENT_ERR_TRANSPORT within dial_timeout), then claims the name with
+// compare-and-set transactions: the key is created only if it is absent
+// (CreateRevision 0), or rewritten if it is already this engine's (its lease, or its incarnation). A key held by
 // anyone else fails creation with TENT_ERR_NAME_IN_USE, naming the holder
 // (pid, control address) and when its lease expires; nothing is
 // overwritten. An engine that dies without closing therefore holds its
