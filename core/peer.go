@@ -22,6 +22,7 @@ type Peer struct {
 	local      *Engine // the peer engine when it lives in this process
 	link       *link
 	refreshing chan struct{} // non-nil while a refresh runs (single flight)
+	staleCount uint64        // invalidations so far; one during a refresh keeps it stale
 	epoch      atomic.Uint64 // bumps whenever the descriptor is replaced
 }
 
@@ -57,6 +58,7 @@ func (p *Peer) fresh() bool {
 func (p *Peer) invalidate() {
 	p.mu.Lock()
 	p.stale = true
+	p.staleCount++
 	p.mu.Unlock()
 }
 
@@ -90,6 +92,7 @@ func (p *Peer) descriptor(force bool, deadline time.Time) (*wire.SegmentDesc, er
 		}
 		done := make(chan struct{})
 		p.refreshing = done
+		seen := p.staleCount
 		p.mu.Unlock()
 
 		d, err := p.e.resolve(p, deadline)
@@ -99,7 +102,9 @@ func (p *Peer) descriptor(force bool, deadline time.Time) (*wire.SegmentDesc, er
 			if p.desc == nil || p.desc.Incarnation != d.Incarnation || p.desc.Generation != d.Generation {
 				p.epoch.Add(1)
 			}
-			p.desc, p.stale = d, false
+			// An invalidation that arrived during the refresh may describe a
+			// change newer than what we fetched: keep the cache stale.
+			p.desc, p.stale = d, p.staleCount != seen
 		}
 		p.mu.Unlock()
 		close(done)
@@ -120,6 +125,7 @@ func (p *Peer) controlLink(addr string, deadline time.Time) (*link, error) {
 		p.mu.Lock()
 		if p.desc == nil || p.desc.Incarnation != inc || p.desc.Generation != gen {
 			p.stale = true
+			p.staleCount++
 		}
 		p.mu.Unlock()
 	})
@@ -149,7 +155,11 @@ func controlAddr(d *wire.SegmentDesc) string {
 // resolve fetches p's descriptor: from the directory when one is
 // configured, else from the peer itself (p2p: the name is its address).
 func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error) {
-	if local := lookupLocal(p.name); local != nil {
+	// Without a directory a name is an address, and an engine of this
+	// process listening there is reached directly. With one, names belong
+	// to the directory (engines of one process may use different
+	// prefixes), so only the incarnation it returns identifies a local one.
+	if local := lookupLocal(p.name); local != nil && e.dir == nil {
 		p.mu.Lock()
 		p.local = local
 		p.mu.Unlock()

@@ -115,13 +115,16 @@ func (r *Request) Done(n uint64, err error) {
 	if r.settled.Swap(true) {
 		panic("tent: request completed twice")
 	}
-	code := status.CodeOf(err)
 	if err != nil {
 		r.batch.setError(r.index, err)
 	}
-	r.batch.finish(r, code)
+	// Let go of the memory before the caller can see the request finished:
+	// a caller that frees its buffer on completion must never race a
+	// transport still holding it.
+	b := r.batch
 	r.LocalRegion.release()
-	r.batch.settle()
+	b.settle()
+	b.finish(r, status.CodeOf(err))
 }
 
 // Batch is a set of requests submitted together.
