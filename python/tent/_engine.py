@@ -292,7 +292,7 @@ class Engine(_Managed):
         s = _lib.Stats(size=sizeof(_lib.Stats))
         check(dll.tent_engine_stats(h, byref(s)))
         out: Dict[str, Any] = json.loads(_read_string(lambda b, c, n: dll.tent_engine_stats_json(h, b, c, n), 1024))
-        for field, _ in _lib.Stats._fields_:
+        for field, *_ in _lib.Stats._fields_:
             if field not in ("size", "reserved0"):
                 out[field] = getattr(s, field)
         return out
@@ -365,10 +365,10 @@ class Engine(_Managed):
             if n == 0:
                 return []
             descs = (_lib.RegionDesc * n)()
-            for i, (buf, loc) in enumerate(zip(bufs, locs)):
+            for i, (buf, cloc) in enumerate(zip(bufs, locs)):
                 descs[i].addr = buf.ptr
                 descs[i].len = buf.nbytes
-                descs[i].location = loc
+                descs[i].location = cloc
             out = (c_void_p * n)()
             check(_lib.lib().tent_register_batch(h, descs, n, _flags(remote_read, remote_write), out))
         except BaseException:
@@ -663,6 +663,11 @@ class _Child(_Managed):
     def engine(self) -> Engine:
         return self._engine
 
+    @property
+    def closed(self) -> bool:
+        """True once closed, or once its engine was closed."""
+        return self._handle is None or self._engine._handle is None
+
     def _release(self) -> None:
         """Releases the handle in the library, unless the engine (which
         released every child) is gone."""
@@ -754,8 +759,11 @@ class _Views:
 
     __slots__ = ("array", "_base")
 
-    def __init__(self, addr: int, size: int) -> None:
+    def __init__(self, addr: int, size: int, owner: "Engine") -> None:
         self.array = (ctypes.c_char * size).from_address(addr)
+        # Views reference the array, and the array its engine: an engine
+        # with live views is never finalized (which would free the memory).
+        self.array._tent_engine = owner  # type: ignore[attr-defined]
         self._base = sys.getrefcount(self.array)
 
     def exported(self) -> bool:
@@ -772,7 +780,7 @@ class AllocatedRegion(Region):
         super().__init__(engine, handle, Buffer(addr, size, False, location, None))
         self._views: Optional[_Views] = None
         if not location.startswith("cuda"):
-            self._views = _Views(addr, size)
+            self._views = _Views(addr, size, engine)
 
     def view(self) -> memoryview:
         """A writable memoryview of the allocation (host memory only)."""
@@ -788,7 +796,7 @@ class AllocatedRegion(Region):
         self.handle
         if self._views is None:
             raise InvalidArgument("GPU memory has no host view")
-        arr = np.frombuffer(self._views.array, dtype=dtype)
+        arr = np.frombuffer(memoryview(self._views.array).cast("B"), dtype=dtype)
         return arr if shape is None else arr.reshape(shape)
 
     def __buffer__(self, flags: int) -> memoryview:  # Python 3.12+ buffer protocol
