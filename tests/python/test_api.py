@@ -371,3 +371,28 @@ def test_dlpack_numpy_registered_and_deleted(engine, self_segment):
         with engine.register(dst) as rd:
             engine.write(r, self_segment, rd.addr)
         assert np.array_equal(a, dst)
+
+
+def test_notification_from_a_long_sender_name():
+    name = "engine-with-a-long-name-" + "n" * 280  # longer than the first sender buffer
+    with tent.Engine(name=name) as e, e.open_segment(e.name) as seg:
+        assert e.name == name
+        e.notify(seg, b"hi")
+        assert e.recv_notification(1) == (name, b"hi")
+
+
+def test_views_keep_the_engine_alive():
+    import weakref
+
+    e = tent.Engine()
+    alive = weakref.ref(e)
+    v = e.alloc(4096).view()
+    del e
+    gc.collect()
+    assert alive() is not None  # the view holds the engine, so nothing was freed
+    v[:2] = b"ok"
+    assert bytes(v[:2]) == b"ok"
+    v.release()
+    del v
+    gc.collect()
+    assert alive() is None  # then it is collected (and its finalizer closed it)
