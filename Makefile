@@ -40,6 +40,7 @@ TEST_TARGETS := test-vet
 TEST_TARGETS += test-go
 TEST_TARGETS += test-c
 TEST_TARGETS += test-fork
+TEST_TARGETS += test-cpp
 TEST_TARGETS += test-python
 
 .PHONY: all lib demo test $(TEST_TARGETS) clean
@@ -154,6 +155,10 @@ test-python: wheel $(VENV_TEST)/.stamp
 	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
 	cd tests/python && TENT_WHEEL="$$(ls $(CURDIR)/$(WHEEL_GLOB))" TENT_SOURCE_DIR=$(CURDIR) \
 	  $(CURDIR)/$(VENV_TEST)/bin/python -m pytest -q -p no:cacheprovider .
+
+# ---- C++: include/tent.hpp, cpp_examples/, tests/cpp/ (rules in tests/cpp/cpp.mk) ----
+
+include tests/cpp/cpp.mk
 
 clean:
 	rm -rf $(BUILD)

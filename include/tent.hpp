@@ -403,16 +403,18 @@ struct Notification {
 
 // A builder over tent_engine_options; unset fields keep the library's
 // defaults. native() points into this object: keep it alive while the
-// returned struct is used.
+// returned struct is used. (Plain strings with "set" flags rather than
+// std::optional<std::string>: GCC 12 reports a false -Wmaybe-uninitialized
+// for the latter under -fsanitize, which would break users' -Werror builds.)
 class EngineOptions {
  public:
-  EngineOptions &name(std::string v) { return set(name_, std::move(v)); }
-  EngineOptions &listen_addr(std::string v) { return set(listen_addr_, std::move(v)); }
-  EngineOptions &metadata(std::string v) { return set(metadata_, std::move(v)); }
-  EngineOptions &metadata_prefix(std::string v) { return set(metadata_prefix_, std::move(v)); }
+  EngineOptions &name(std::string v) { return set(kName, std::move(v)); }
+  EngineOptions &listen_addr(std::string v) { return set(kListenAddr, std::move(v)); }
+  EngineOptions &metadata(std::string v) { return set(kMetadata, std::move(v)); }
+  EngineOptions &metadata_prefix(std::string v) { return set(kMetadataPrefix, std::move(v)); }
   // Comma-separated, in preference order ("local,shm,tcp").
-  EngineOptions &transports(std::string v) { return set(transports_, std::move(v)); }
-  EngineOptions &secret(std::string_view bytes) { return set(secret_, std::string(bytes)); }
+  EngineOptions &transports(std::string v) { return set(kTransports, std::move(v)); }
+  EngineOptions &secret(std::string_view bytes) { return set(kSecret, std::string(bytes)); }
   EngineOptions &timeout(std::chrono::milliseconds t) {
     timeout_ms_ = static_cast<uint64_t>(t.count() < 0 ? 0 : t.count());
     return *this;
@@ -430,14 +432,14 @@ class EngineOptions {
     tent_engine_options o;
     std::memset(&o, 0, sizeof o);
     o.size = sizeof o;
-    o.name = c_str(name_);
-    o.listen_addr = c_str(listen_addr_);
-    o.metadata = c_str(metadata_);
-    o.metadata_prefix = c_str(metadata_prefix_);
-    o.transports = c_str(transports_);
-    if (secret_) {
-      o.secret = secret_->data();
-      o.secret_len = secret_->size();
+    o.name = get(kName);
+    o.listen_addr = get(kListenAddr);
+    o.metadata = get(kMetadata);
+    o.metadata_prefix = get(kMetadataPrefix);
+    o.transports = get(kTransports);
+    if (get(kSecret) != nullptr) {
+      o.secret = str_[kSecret].data();
+      o.secret_len = str_[kSecret].size();
     }
     o.timeout_ms = timeout_ms_;
     o.unregister_timeout_ms = unregister_timeout_ms_;
@@ -446,15 +448,16 @@ class EngineOptions {
   }
 
  private:
-  EngineOptions &set(std::optional<std::string> &field, std::string v) {
-    field = std::move(v);
+  enum Field { kName, kListenAddr, kMetadata, kMetadataPrefix, kTransports, kSecret, kFields };
+  EngineOptions &set(Field f, std::string v) {
+    str_[f] = std::move(v);
+    set_ |= 1u << f;
     return *this;
   }
-  static const char *c_str(const std::optional<std::string> &s) noexcept {
-    return s ? s->c_str() : nullptr;
-  }
+  const char *get(Field f) const noexcept { return (set_ & (1u << f)) != 0 ? str_[f].c_str() : nullptr; }
 
-  std::optional<std::string> name_, listen_addr_, metadata_, metadata_prefix_, transports_, secret_;
+  std::string str_[kFields];
+  uint32_t set_ = 0;
   uint64_t timeout_ms_ = 0, unregister_timeout_ms_ = 0;
   uint32_t tcp_streams_ = 0;
 };
@@ -470,12 +473,14 @@ class TransferOptions {
   // Delivered to each target segment after all of the batch's data arrived.
   TransferOptions &notify(std::string_view msg) {
     notify_ = std::string(msg);
+    has_notify_ = true;
     return *this;
   }
   // "local", "shm", "tcp", "cuda"; unset = automatic. A transport that is
   // not installed fails the submission with NotFoundError.
   TransferOptions &transport(std::string name) {
     transport_ = std::move(name);
+    has_transport_ = true;
     return *this;
   }
 
@@ -484,17 +489,18 @@ class TransferOptions {
     std::memset(&o, 0, sizeof o);
     o.size = sizeof o;
     o.timeout_ms = timeout_ms_;
-    if (notify_) {
-      o.notify = notify_->data();
-      o.notify_len = notify_->size();
+    if (has_notify_) {
+      o.notify = notify_.data();
+      o.notify_len = notify_.size();
     }
-    o.transport = transport_ ? transport_->c_str() : nullptr;
+    o.transport = has_transport_ ? transport_.c_str() : nullptr;
     return o;
   }
 
  private:
   uint64_t timeout_ms_ = 0;
-  std::optional<std::string> notify_, transport_;
+  std::string notify_, transport_;
+  bool has_notify_ = false, has_transport_ = false;
 };
 
 // ---- Deleters (each calls the one C release of its handle) ------------------
@@ -531,8 +537,16 @@ class Engine;
 class [[nodiscard]] Region {
  public:
   Region() noexcept = default;  // empty
-  Region(Region &&) noexcept = default;
-  Region &operator=(Region &&) noexcept = default;  // unregisters what this held
+  Region(Region &&o) noexcept
+      : h_(std::move(o.h_)), addr_(std::exchange(o.addr_, nullptr)), len_(std::exchange(o.len_, 0)) {}
+  Region &operator=(Region &&o) noexcept {  // unregisters what this held
+    if (this != &o) {
+      h_ = std::move(o.h_);
+      addr_ = std::exchange(o.addr_, nullptr);
+      len_ = std::exchange(o.len_, 0);
+    }
+    return *this;
+  }
   ~Region() = default;
 
   // Takes ownership of a handle from tent_register on `engine`.
