@@ -617,7 +617,8 @@ def _request_array(requests: Any) -> Tuple[Any, int, Any]:
     if np is not None and isinstance(requests, np.ndarray):
         from ._requests import request_dtype
 
-        if requests.dtype != request_dtype():
+        dt = requests.dtype
+        if dt is not request_dtype() and dt != request_dtype():
             raise TypeError(f"a request array must have dtype tent.request_dtype, not {requests.dtype}")
         if requests.ndim != 1 or not requests.flags.c_contiguous:
             raise InvalidArgument("a request array must be one-dimensional and C-contiguous")
