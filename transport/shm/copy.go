@@ -454,6 +454,13 @@ func (j *job) flushPVM(op core.Op) {
 			j.failFrom(b, k, err)
 			return
 		}
+		if j.c.pid <= 0 {
+			j.t.denyPVM(j.c.cl.inc)
+			j.t.fallbacks.Add(1)
+			j.failFrom(b, k, status.Errorf(status.TransportError,
+				"shm: %s's pid is not visible from here (another pid namespace): no process_vm", j.c.cl.name))
+			return
+		}
 		n, err := processVM(op, j.c.pid, b.local[k:], b.remote[k:])
 		if err != nil || n <= 0 {
 			j.failFrom(b, k, j.pvmError(op, err))

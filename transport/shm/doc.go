@@ -108,7 +108,11 @@
 // carries the RETRIED flag; after EPERM/EACCES/ENOSYS the peer's
 // incarnation is not offered process_vm work again (Eligible says no for
 // its non-allocated memory), so later batches go to the next transport
-// directly.
+// directly. The same holds for a peer whose pid is not visible here
+// (another pid namespace). A peer with this host's MachineID in another
+// network namespace cannot be reached (abstract sockets are per network
+// namespace): each batch pays a refused dial and a retry on the next
+// transport; such hosts should set distinct TENT_MACHINE_IDs.
 //
 // Copies run with debug.SetPanicOnFault: a fault (a target that shrank its
 // memfd, a caller that unmapped registered memory) fails the request with

@@ -203,6 +203,8 @@ func endpoint(d *wire.SegmentDesc) string {
 	return ""
 }
 
+// denyPVM stops offering process_vm work for a peer incarnation (a
+// restarted peer has a new incarnation and starts afresh).
 func (t *Transport) denyPVM(incarnation uint64) {
 	t.mu.Lock()
 	if _, ok := t.denied[incarnation]; !ok {
