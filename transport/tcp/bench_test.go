@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -22,7 +23,7 @@ import (
 //
 //	go test -run '^$' -bench Transfer -benchtime 2s ./transport/tcp/
 func BenchmarkTransfer(b *testing.B) {
-	const span = 256 << 20 // requests wrap around within this much memory
+	const span = 128 << 20 // requests wrap around within this much memory
 	peer := peertest.Start(b, peertest.Config{Transports: []string{"tcp"},
 		Buffers: []peertest.Buffer{{Size: span, Perm: rw}}})
 	streams, _ := strconv.Atoi(os.Getenv("TENT_BENCH_STREAMS")) // 0: the default
@@ -37,16 +38,16 @@ func BenchmarkTransfer(b *testing.B) {
 		for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20} {
 			name := map[core.Op]string{core.OpWrite: "write", core.OpRead: "read"}[op]
 			b.Run(fmt.Sprintf("%s/%s", name, sizeName(size)), func(b *testing.B) {
-				benchBatches(b, e, seg, op, memory.Addr(local), remote, span, size, 128)
+				benchBatches(b, e, seg, peer.PID, op, memory.Addr(local), remote, span, size, 128)
 			})
 		}
 	}
 	b.Run("write/4KiB/batch1", func(b *testing.B) {
-		benchBatches(b, e, seg, core.OpWrite, memory.Addr(local), remote, span, 4<<10, 1)
+		benchBatches(b, e, seg, peer.PID, core.OpWrite, memory.Addr(local), remote, span, 4<<10, 1)
 	})
 }
 
-func benchBatches(b *testing.B, e *core.Engine, seg *core.Segment, op core.Op, local, remote uint64, span, size, batch int) {
+func benchBatches(b *testing.B, e *core.Engine, seg *core.Segment, peerPID int, op core.Op, local, remote uint64, span, size, batch int) {
 	reqs := make([]core.TransferRequest, batch)
 	for i := range reqs {
 		off := uint64(i*size) % uint64(span-size+1)
@@ -55,6 +56,7 @@ func benchBatches(b *testing.B, e *core.Engine, seg *core.Segment, op core.Op, l
 	lat := make([]time.Duration, 0, b.N)
 	b.SetBytes(int64(size * batch))
 	b.ResetTimer()
+	cpu0 := cpuTime(os.Getpid()) + cpuTime(peerPID)
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
@@ -70,11 +72,29 @@ func benchBatches(b *testing.B, e *core.Engine, seg *core.Segment, op core.Op, l
 		lat = append(lat, time.Since(t0))
 	}
 	el := time.Since(start)
+	cpu := cpuTime(os.Getpid()) + cpuTime(peerPID) - cpu0
 	b.StopTimer()
+	// CPU seconds (both processes) per GB moved: what a busy machine
+	// changes least.
+	b.ReportMetric(cpu.Seconds()/(float64(size*batch)*float64(b.N)/1e9), "cpu-s/GB")
 	slices.Sort(lat)
 	b.ReportMetric(float64(size*batch)*float64(b.N)/el.Seconds()/1e9, "GB/s")
 	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
 	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}
+
+// cpuTime returns the user+system time of process pid so far.
+func cpuTime(pid int) time.Duration {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// Fields after the command (which is in parentheses): state is field 3,
+	// utime and stime are fields 14 and 15, in clock ticks (USER_HZ, 100).
+	f := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 func sizeName(n int) string {

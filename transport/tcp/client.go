@@ -3,6 +3,7 @@ package tcp
 import (
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tent-dev/tent/core"
@@ -32,6 +33,7 @@ type conn struct {
 	sent     ring      // chunks sent, awaiting their replies, in order
 	started  bool      // the writer runs
 	dead     bool
+	err      error     // why it died
 	deadline time.Time // the socket's deadline: the earliest of the chunks held, or zero
 	nextID   uint64
 
@@ -133,7 +135,7 @@ func (c *conn) fail(err error) {
 		c.mu.Unlock()
 		return
 	}
-	c.dead = true
+	c.dead, c.err = true, err
 	held := make([]*chunk, 0, c.queue.len()+c.sent.len())
 	c.queue.drain(func(ch *chunk) { held = append(held, ch) })
 	c.sent.drain(func(ch *chunk) { held = append(held, ch) })
@@ -158,6 +160,17 @@ func (c *conn) fail(err error) {
 	for _, ch := range held {
 		ch.s.chunkDone(chunkErr(ch, err), false)
 	}
+}
+
+// cause is the error that ended the connection (which is what a socket
+// error after that means), or err while it lives.
+func (c *conn) cause(err error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.dead {
+		return c.err
+	}
+	return err
 }
 
 // chunkErr is the error for a chunk whose connection failed with err: a
@@ -299,7 +312,12 @@ func (c *conn) write(nc net.Conn, group []*chunk) error {
 
 func (c *conn) readLoop(nc net.Conn) {
 	src := &clientSource{c: c, nc: nc}
-	rd := newBufReader(src)
+	rd := newBufReader(src, replyHeaderSize)
+	if sc, ok := nc.(syscall.Conn); ok {
+		rd.raw, _ = sc.SyscallConn()
+		rd.count = &c.t.received
+		rd.onTimeout = func() bool { return c.stillOnTime(src.cur) }
+	}
 	for {
 		b, err := rd.next(replyHeaderSize)
 		if err != nil {
@@ -324,13 +342,15 @@ func (c *conn) readLoop(nc net.Conn) {
 		c.sent.pop()
 		c.mu.Unlock()
 		src.cur = ch
+		rd.expect(int(h.n))
 
 		var rerr error
 		if h.msgLen > 0 {
 			msg, err := rd.next(int(h.msgLen))
 			if err != nil {
-				ch.s.chunkDone(chunkErr(ch, ioError("read from "+c.pool.key.addr, err)), false)
-				c.fail(ioError("read from "+c.pool.key.addr, err))
+				err = c.cause(ioError("read from "+c.pool.key.addr, err))
+				ch.s.chunkDone(chunkErr(ch, err), false)
+				c.fail(err)
 				return
 			}
 			rerr = status.Errorf(h.code, "tcp: %s refused: %s", c.pool.key.addr, msg)
@@ -346,7 +366,7 @@ func (c *conn) readLoop(nc net.Conn) {
 				err = rd.discard(int(ch.n)) // canceled: its memory may be gone
 			}
 			if err != nil {
-				err = ioError("read from "+c.pool.key.addr, err)
+				err = c.cause(ioError("read from "+c.pool.key.addr, err))
 				ch.s.chunkDone(chunkErr(ch, err), busy)
 				c.fail(err)
 				return

@@ -5,6 +5,10 @@ import (
 	"io"
 	"net"
 	"os"
+	"sync/atomic"
+	"syscall"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/status"
 )
@@ -24,28 +28,93 @@ const (
 // together with a header are copied out of its buffer; the rest of a large
 // payload goes from the socket straight into the destination.
 type bufReader struct {
-	src  io.Reader
-	buf  []byte
-	r, w int
+	src io.Reader
+	// raw, when set, serves tryFill and readv; count and onTimeout do
+	// for them what src does for itself: count the bytes, and tell a
+	// deadline that should be extended (true) from one that has passed.
+	raw       syscall.RawConn
+	count     *atomic.Int64
+	onTimeout func() bool
+	buf       []byte
+	r, w      int
+	hdr       int  // header size
+	large     bool // large payloads are coming: read one header at a time into buf
 }
 
-func newBufReader(src io.Reader) *bufReader {
-	return &bufReader{src: src, buf: make([]byte, readBufSize)}
+func newBufReader(src io.Reader, hdr int) *bufReader {
+	return &bufReader{src: src, buf: make([]byte, readBufSize), hdr: hdr}
+}
+
+// expect tells the reader the payload size announced by the header just
+// read. While payloads are large, reads into the buffer stop at the next
+// header, so that the payloads go straight to their destinations; small
+// payloads come through the buffer, many per read.
+func (b *bufReader) expect(n int) { b.large = n >= directMin }
+
+// room returns the part of the buffer a read may fill, for n buffered bytes.
+func (b *bufReader) room(n int) []byte {
+	if b.large {
+		return b.buf[b.w:max(b.w, b.r+n)]
+	}
+	return b.buf[b.w:]
 }
 
 // buffered returns the number of bytes read but not consumed.
 func (b *bufReader) buffered() int { return b.w - b.r }
 
-// fill reads until at least n bytes (n <= len(buf)) are buffered.
-func (b *bufReader) fill(n int) error {
+// compact makes room for n buffered bytes (n <= len(buf)).
+func (b *bufReader) compact(n int) {
 	if b.r == b.w {
 		b.r, b.w = 0, 0
 	} else if len(b.buf)-b.r < n {
 		b.w = copy(b.buf, b.buf[b.r:b.w])
 		b.r = 0
 	}
+}
+
+// tryFill reads what the socket holds, without waiting, and reports
+// whether it got anything. Without a raw connection it reports false.
+func (b *bufReader) tryFill() (bool, error) {
+	if b.raw == nil {
+		return false, nil
+	}
+	b.compact(b.hdr)
+	room := b.room(b.hdr)
+	if len(room) == 0 {
+		return false, nil
+	}
+	var n int
+	var rerr error
+	err := b.raw.Read(func(fd uintptr) bool {
+		for {
+			n, rerr = unix.Read(int(fd), room)
+			if rerr != unix.EINTR {
+				return true // never wait
+			}
+		}
+	})
+	switch {
+	case err != nil:
+		return false, err
+	case rerr == unix.EAGAIN:
+		return false, nil
+	case rerr != nil:
+		return false, rerr
+	case n == 0:
+		return false, io.ErrUnexpectedEOF
+	}
+	b.w += n
+	if b.count != nil {
+		b.count.Add(int64(n))
+	}
+	return true, nil
+}
+
+// fill reads until at least n bytes (n <= len(buf)) are buffered.
+func (b *bufReader) fill(n int) error {
+	b.compact(n)
 	for b.w-b.r < n {
-		m, err := b.src.Read(b.buf[b.w:])
+		m, err := b.src.Read(b.room(n))
 		b.w += m
 		if err != nil && b.w-b.r < n {
 			if err == io.EOF && b.w-b.r > 0 {
@@ -84,12 +153,67 @@ func (b *bufReader) readInto(dst []byte) error {
 		b.r += copy(rest, b.buf[b.r:b.w])
 		return nil
 	}
-	_, err := io.ReadFull(b.src, rest)
-	return noEOF(err)
+	if b.raw == nil {
+		_, err := io.ReadFull(b.src, rest)
+		return noEOF(err)
+	}
+	// The buffer is empty: readv fills the rest of the payload, and what
+	// follows it (the next header) lands in the buffer.
+	b.r, b.w = 0, 0
+	b.large = true
+	for len(rest) > 0 {
+		n, err := b.readv(rest, b.room(b.hdr))
+		if err != nil {
+			return noEOF(err)
+		}
+		if n <= len(rest) {
+			rest = rest[n:]
+		} else {
+			b.w = n - len(rest)
+			rest = nil
+		}
+	}
+	return nil
 }
 
-// discard skips n bytes of the stream (a payload nobody may receive).
+// readv reads into a, then c, waiting for data (and honoring the
+// deadline, with onTimeout's second chance, as src does).
+func (b *bufReader) readv(a, c []byte) (int, error) {
+	iov := [][]byte{a, c}
+	for {
+		var n int
+		var rerr error
+		err := b.raw.Read(func(fd uintptr) bool {
+			for {
+				n, rerr = unix.Readv(int(fd), iov)
+				if rerr != unix.EINTR {
+					return rerr != unix.EAGAIN
+				}
+			}
+		})
+		if err == nil {
+			err = rerr
+		}
+		if n > 0 {
+			if b.count != nil {
+				b.count.Add(int64(n))
+			}
+			return n, nil
+		}
+		if err == nil {
+			return 0, io.EOF
+		}
+		if isTimeout(err) && b.onTimeout != nil && b.onTimeout() {
+			continue
+		}
+		return 0, err
+	}
+}
+
+// discard skips n bytes of the stream (a payload nobody may receive),
+// reading them through the buffer.
 func (b *bufReader) discard(n int) error {
+	b.large = false
 	for n > 0 {
 		if b.r == b.w {
 			if err := b.fill(1); err != nil {

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"net"
+	"syscall"
 	"time"
 
 	"github.com/tent-dev/tent/core"
@@ -39,7 +40,11 @@ func (t *Transport) serve(nc net.Conn, _ string) {
 		t.srvWG.Done()
 	}()
 	s := &server{t: t, e: e, nc: nc, stall: e.Options().DefaultTimeout}
-	s.rd = newBufReader(serverSource{s})
+	s.rd = newBufReader(serverSource{s}, reqHeaderSize)
+	if sc, ok := nc.(syscall.Conn); ok {
+		s.rd.raw, _ = sc.SyscallConn()
+		s.rd.count = &t.received
+	}
 	if err := s.run(); err != nil && status.CodeOf(err) == status.Protocol {
 		t.protoErrs.Add(1)
 	}
@@ -77,9 +82,17 @@ func (s *server) run() error {
 	}
 	s.t.sent.Add(helloSize)
 	for {
+		// Replies wait while requests keep coming; before waiting for
+		// more, they go out.
 		if s.rd.buffered() < reqHeaderSize && !s.iov.empty() {
-			if err := s.flush(); err != nil {
+			got, err := s.rd.tryFill()
+			if err != nil {
 				return err
+			}
+			if !got {
+				if err := s.flush(); err != nil {
+					return err
+				}
 			}
 		}
 		b, err := s.rd.next(reqHeaderSize) // idle connections wait without a deadline
@@ -92,10 +105,12 @@ func (s *server) run() error {
 		}
 		switch h.op {
 		case opWrite:
+			s.rd.expect(int(h.n))
 			if err := s.write(h); err != nil {
 				return err
 			}
 		case opRead:
+			s.rd.expect(0)
 			s.read(h)
 		}
 		if s.iov.bytes >= flushBytes || len(s.iov.pays) >= flushPieces {
