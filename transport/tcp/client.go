@@ -3,6 +3,7 @@ package tcp
 import (
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -36,6 +37,7 @@ type conn struct {
 	err      error     // why it died
 	deadline time.Time // the socket's deadline: the earliest of the chunks held, or zero
 	nextID   uint64
+	reading  atomic.Pointer[chunk] // the reader's chunk in hand, if any
 
 	iov iovec // the writer's
 }
@@ -53,16 +55,12 @@ func (c *conn) isDead() bool {
 	return c.dead
 }
 
-// enqueue hands chunks to the writer. If the connection died meanwhile,
-// they fail with its error.
-func (c *conn) enqueue(cs []*chunk) {
+// enqueue hands chunks to the writer; false if the connection has died.
+func (c *conn) enqueue(cs []*chunk) bool {
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
-		for _, ch := range cs {
-			ch.s.chunkDone(status.Errorf(status.TransportError, "tcp: connection to %s lost", c.pool.key.addr), false)
-		}
-		return
+		return false
 	}
 	for _, ch := range cs {
 		c.queue.push(ch)
@@ -75,6 +73,7 @@ func (c *conn) enqueue(cs []*chunk) {
 	}
 	c.wake.Signal()
 	c.mu.Unlock()
+	return true
 }
 
 // lowerDeadlineLocked makes the socket's deadline no later than d.
@@ -91,9 +90,8 @@ func (c *conn) lowerDeadlineLocked(d time.Time) {
 // stillOnTime is called when a socket operation timed out. The deadline
 // may be stale (the request it was set for has completed): then it is
 // moved to the earliest deadline still held and the operation goes on. If
-// a held chunk, or cur (the reader's chunk in hand), is overdue, the
-// connection has stalled: false.
-func (c *conn) stillOnTime(cur *chunk) bool {
+// a held chunk is overdue, the connection has stalled: false.
+func (c *conn) stillOnTime() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.dead {
@@ -114,7 +112,7 @@ func (c *conn) stillOnTime(cur *chunk) bool {
 			earliest = d
 		}
 	}
-	if cur != nil {
+	if cur := c.reading.Load(); cur != nil {
 		check(cur)
 	}
 	c.queue.each(check)
@@ -304,19 +302,18 @@ func (c *conn) write(nc net.Conn, group []*chunk) error {
 		if err == nil {
 			return nil
 		}
-		if !isTimeout(err) || !c.stillOnTime(nil) {
+		if !isTimeout(err) || !c.stillOnTime() {
 			return ioError("write to "+c.pool.key.addr, err)
 		}
 	}
 }
 
 func (c *conn) readLoop(nc net.Conn) {
-	src := &clientSource{c: c, nc: nc}
-	rd := newBufReader(src, replyHeaderSize)
+	rd := newBufReader(&clientSource{c: c, nc: nc}, replyHeaderSize)
 	if sc, ok := nc.(syscall.Conn); ok {
 		rd.raw, _ = sc.SyscallConn()
 		rd.count = &c.t.received
-		rd.onTimeout = func() bool { return c.stillOnTime(src.cur) }
+		rd.onTimeout = c.stillOnTime
 	}
 	for {
 		b, err := rd.next(replyHeaderSize)
@@ -340,8 +337,8 @@ func (c *conn) readLoop(nc net.Conn) {
 			return
 		}
 		c.sent.pop()
+		c.reading.Store(ch)
 		c.mu.Unlock()
-		src.cur = ch
 		rd.expect(int(h.n))
 
 		var rerr error
@@ -375,16 +372,15 @@ func (c *conn) readLoop(nc net.Conn) {
 		} else {
 			ch.s.chunkDone(rerr, false)
 		}
-		src.cur = nil
+		c.reading.Store(nil)
 	}
 }
 
 // clientSource is the reader's view of the socket: it counts bytes and
 // sees through timeouts of a stale deadline.
 type clientSource struct {
-	c   *conn
-	nc  net.Conn
-	cur *chunk
+	c  *conn
+	nc net.Conn
 }
 
 func (s *clientSource) Read(p []byte) (int, error) {
@@ -394,7 +390,7 @@ func (s *clientSource) Read(p []byte) (int, error) {
 			s.c.t.received.Add(int64(n))
 			return n, nil
 		}
-		if err != nil && isTimeout(err) && s.c.stillOnTime(s.cur) {
+		if err != nil && isTimeout(err) && s.c.stillOnTime() {
 			continue
 		}
 		return n, err

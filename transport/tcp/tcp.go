@@ -188,7 +188,6 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 	}
 	var p *pool
 	var touched []*pool
-	var stale []*conn
 	next := 0
 	for i := range states {
 		s := &states[i]
@@ -202,7 +201,7 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 			continue
 		}
 		if p == nil || p.key != k {
-			p = t.poolLocked(k, name, &stale)
+			p = t.poolLocked(k, name)
 			if p.spill == nil {
 				p.spill = make([][]*chunk, len(p.conns))
 				touched = append(touched, p)
@@ -222,16 +221,13 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 	}
 	for _, p := range touched {
 		for i, cs := range p.spill {
-			if len(cs) > 0 {
-				t.connLocked(p, i).enqueue(cs)
+			// A connection that died since connLocked looked is replaced.
+			for len(cs) > 0 && !t.connLocked(p, i).enqueue(cs) {
 			}
 		}
 		p.spill = nil
 	}
 	t.mu.Unlock()
-	for _, c := range stale {
-		c.fail(status.Errorf(status.TransportError, "tcp: peer at %s restarted", c.pool.key.addr))
-	}
 	for i, s := range failed {
 		s.settleAll(failErr[i])
 	}
@@ -245,22 +241,12 @@ func (s *reqState) settleAll(err error) {
 	s.kill(err)
 }
 
-// poolLocked returns the pool for k, creating it. The connections of
-// earlier incarnations at the same address are added to stale, for the
-// caller to close: that peer is gone.
-func (t *Transport) poolLocked(k peerKey, name string, stale *[]*conn) *pool {
+// poolLocked returns the pool for k, creating it. (The connections of an
+// earlier incarnation at the same address fail by themselves: that
+// process is gone.)
+func (t *Transport) poolLocked(k peerKey, name string) *pool {
 	if p := t.pools[k]; p != nil {
 		return p
-	}
-	for ok, old := range t.pools {
-		if ok.addr == k.addr {
-			delete(t.pools, ok)
-			for _, c := range old.conns {
-				if c != nil {
-					*stale = append(*stale, c)
-				}
-			}
-		}
 	}
 	p := &pool{key: k, name: name, conns: make([]*conn, max(1, t.streams))}
 	t.pools[k] = p
