@@ -1,6 +1,6 @@
 // target.cc — the passive side of the two-process example (see initiator.cc).
 //
-//   target [--size BYTES] [--transports LIST] [--idle-seconds N]
+//   target [--size BYTES] [--transports LIST] [--secret S] [--idle-seconds N]
 //
 // Allocates a buffer with tent_alloc (host memory that same-host peers can
 // also map: the shm transport), fills it with a pattern and prints, one per
@@ -34,8 +34,11 @@
 
 namespace {
 
-int serve(size_t size, const std::string &transports, int idle_seconds) {
+int serve(size_t size, const std::string &transports, const std::string &secret, int idle_seconds) {
   tent::EngineOptions opts;
+  if (!secret.empty()) {
+    opts.secret(secret);  // initiators must prove the same secret
+  }
   if (!transports.empty()) {
     opts.transports(transports);
   }
@@ -93,7 +96,7 @@ int serve(size_t size, const std::string &transports, int idle_seconds) {
 
 int main(int argc, char **argv) {
   size_t size = 4u << 20;
-  std::string transports;
+  std::string transports, secret;
   int idle_seconds = 60;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
@@ -101,15 +104,18 @@ int main(int argc, char **argv) {
       size = static_cast<size_t>(example::parse_u64(argv[++i]));
     } else if (a == "--transports" && i + 1 < argc) {
       transports = argv[++i];
+    } else if (a == "--secret" && i + 1 < argc) {
+      secret = argv[++i];
     } else if (a == "--idle-seconds" && i + 1 < argc) {
       idle_seconds = static_cast<int>(example::parse_u64(argv[++i]));
     } else {
-      std::fprintf(stderr, "usage: %s [--size BYTES] [--transports LIST] [--idle-seconds N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--size BYTES] [--transports LIST] [--secret S] [--idle-seconds N]\n",
+                   argv[0]);
       return 2;
     }
   }
   try {
-    return serve(size, transports, idle_seconds);
+    return serve(size, transports, secret, idle_seconds);
   } catch (const tent::Error &e) {
     std::fprintf(stderr, "target: %s\n", e.what());
   } catch (const std::exception &e) {

@@ -644,11 +644,15 @@ class [[nodiscard]] RegionBatch {
     engine_ = nullptr;
     return out;
   }
-  // Unregisters all now (tent_unregister_batch; if that fails, each one
-  // alone, so one stale handle cannot keep the others), ignoring errors.
+  // Unregisters all now, ignoring errors: tent_unregister_batch, and if
+  // that refuses the set because a handle in it is stale (released behind
+  // the owner's back, or the engine is gone), each one alone, so one stale
+  // handle cannot keep the others registered. (Not on BusyError: that would
+  // wait out the unregister timeout once per region.)
   void reset() noexcept {
     if (!regions_.empty()) {
-      if (tent_unregister_batch(engine_, regions_.data(), regions_.size()) != TENT_OK) {
+      tent_status st = tent_unregister_batch(engine_, regions_.data(), regions_.size());
+      if (st == TENT_ERR_INVALID_HANDLE || st == TENT_ERR_INVALID_ARGUMENT) {
         for (tent_region *r : regions_) {
           (void)tent_unregister(engine_, r);
         }
