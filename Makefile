@@ -43,7 +43,7 @@ TEST_TARGETS += test-fork
 TEST_TARGETS += test-cpp
 TEST_TARGETS += test-python
 
-.PHONY: all lib demo test $(TEST_TARGETS) clean
+.PHONY: all lib demo test $(TEST_TARGETS) clean bench-register
 
 all: lib $(BUILD)/demo_register
 
@@ -162,3 +162,11 @@ include tests/cpp/cpp.mk
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- Benchmarks (not tests: figures go to docs/BENCHMARKS.md) ---------------
+
+$(BUILD)/bench_register: bench/c/bench_register.c $(HEADER) $(LIB)
+	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -Iinclude -o $@ $< -L$(BUILD) -ltent $(RPATH) -pthread
+
+bench-register: $(BUILD)/bench_register
+	./$(BUILD)/bench_register
