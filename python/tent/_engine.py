@@ -654,6 +654,10 @@ def _request_array(requests: Any) -> Tuple[Any, int, Any]:
 
 class _Child(_Managed):
     _engine: Engine
+    # True where the library invalidates the handle even when releasing
+    # it reports an error; False where an error leaves it valid (a BUSY
+    # region stays registered).
+    _always_released = False
 
     def __init__(self, engine: Engine, handle: int) -> None:
         super().__init__()
@@ -676,6 +680,11 @@ class _Child(_Managed):
         if eh is not None:
             st = self._free(eh, self._handle)
             if st < 0 and not (st == _lib.TENT_ERR_INVALID_HANDLE and self._engine._handle is None):
+                if self._always_released and st != _lib.TENT_ERR_FORKED:
+                    # the handle is gone even though the call reports an
+                    # error (tent.h: batch destroy, segment close)
+                    self._handle = None
+                    self._drop()
                 check(st)
         self._handle = None
         self._drop()
@@ -835,6 +844,7 @@ class Segment(_Child):
     """A peer's segment (``Engine.open_segment``); pass it to transfers."""
 
     _kind = "segment"
+    _always_released = True
 
     def __init__(self, engine: Engine, handle: int, name: str) -> None:
         super().__init__(engine, handle)
@@ -854,6 +864,7 @@ class Batch(_Child):
     after which the library no longer touches the requests' memory."""
 
     _kind = "batch"
+    _always_released = True
     _WAIT_SLICE_MS = 200  # waits return to Python this often (Ctrl-C works)
 
     def __init__(self, engine: Engine, handle: int, n: int) -> None:
