@@ -24,7 +24,7 @@ HEADER  := include/tent.h
 # Only the tent_* functions are exported (see capi/exports.map).
 # The map's digest is part of the flags because Go caches links by their
 # flags, not by the content of files the flags name.
-LIB_LDFLAGS := -extldflags=-Wl,--version-script=$(CURDIR)/capi/exports.map \
+LIB_LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/capi/exports.map -Wl,-soname,libtent.so" \
                -X main.exportsDigest=$(shell cksum < capi/exports.map | cut -d' ' -f1)
 GO_TEST_TIMEOUT ?= 4m
 

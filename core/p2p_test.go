@@ -93,3 +93,22 @@ func TestListenerIsLoopbackByDefault(t *testing.T) {
 }
 
 func addrOf(b []byte) uint64 { return uint64(uintptrOf(b)) }
+
+// Engines of one process are held to the same secret rule as processes.
+func TestInProcessPeersNeedTheSecret(t *testing.T) {
+	locked := newLocalEngine(t, core.Options{Secret: []byte("k")})
+	open := newLocalEngine(t, core.Options{})
+	wrong := newLocalEngine(t, core.Options{Secret: []byte("x")})
+	right := newLocalEngine(t, core.Options{Secret: []byte("k")})
+	_, err := open.OpenSegment(locked.Name())
+	require.ErrorIs(t, err, status.ErrAuthFailed)
+	_, err = wrong.OpenSegment(locked.Name())
+	require.ErrorIs(t, err, status.ErrAuthFailed)
+	_, err = locked.OpenSegment(open.Name())
+	require.ErrorIs(t, err, status.ErrAuthFailed)
+	seg, err := right.OpenSegment(locked.Name())
+	require.NoError(t, err)
+	require.NotNil(t, seg.Peer().Local())
+	_, err = open.OpenSegment("no-port-here")
+	require.ErrorIs(t, err, status.ErrInvalidArgument)
+}

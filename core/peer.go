@@ -1,6 +1,8 @@
 package core
 
 import (
+	"crypto/subtle"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -160,10 +162,19 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 	// to the directory (engines of one process may use different
 	// prefixes), so only the incarnation it returns identifies a local one.
 	if local := lookupLocal(p.name); local != nil && e.dir == nil {
+		if err := e.sameSecret(local); err != nil {
+			return nil, err
+		}
 		p.mu.Lock()
 		p.local = local
 		p.mu.Unlock()
 		return local.Descriptor()
+	}
+	if e.dir == nil {
+		if _, _, err := net.SplitHostPort(p.name); err != nil {
+			return nil, status.Errorf(status.InvalidArgument,
+				"segment name %q: with p2p metadata a segment is named by its engine's \"host:port\"", p.name)
+		}
 	}
 	addr := p.name
 	if e.dir != nil {
@@ -172,6 +183,9 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 			return nil, err
 		}
 		if local := lookupIncarnation(d.Incarnation); local != nil {
+			if err := e.sameSecret(local); err != nil {
+				return nil, err
+			}
 			p.mu.Lock()
 			p.local = local
 			p.mu.Unlock()
@@ -204,12 +218,25 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 		l.fail(err)
 		return nil, status.Errorf(status.CodeOf(err), "segment %q sent a bad descriptor: %w", p.name, err)
 	}
-	if local := lookupIncarnation(d.Incarnation); local != nil {
+	if local := lookupIncarnation(d.Incarnation); local != nil && e.sameSecret(local) == nil {
 		p.mu.Lock()
 		p.local = local
 		p.mu.Unlock()
 	}
 	return d, nil
+}
+
+// sameSecret holds engines of one process to the rule between processes:
+// a peer is reached only with the secret it requires.
+func (e *Engine) sameSecret(peer *Engine) error {
+	if len(e.opts.Secret) != len(peer.opts.Secret) || subtle.ConstantTimeCompare(e.opts.Secret, peer.opts.Secret) != 1 {
+		if len(peer.opts.Secret) == 0 && len(e.opts.Secret) == 0 {
+			return nil
+		}
+		return status.Errorf(status.AuthFailed,
+			"engine %q in this process requires a different secret", peer.name)
+	}
+	return nil
 }
 
 // notify delivers msg to the peer engine.

@@ -2,8 +2,8 @@ package core
 
 import (
 	"fmt"
-	"slices"
 	"runtime/debug"
+	"slices"
 	"sync"
 
 	"github.com/tent-dev/tent/status"

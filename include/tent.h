@@ -282,10 +282,13 @@ tent_status tent_topology_json(char *buf, size_t cap, size_t *len_out);
 /* ---- Segments ---------------------------------------------------------- */
 
 /* Opens a peer's segment by name (with p2p metadata, the peer's
- * "host:port"; the engine's own name opens itself). The descriptor is
+ * "host:port" — anything else is TENT_ERR_INVALID_ARGUMENT; the engine's
+ * own name opens itself). A peer in this process is reached directly, but
+ * only with the secret it requires, as across processes. The descriptor is
  * cached and refreshed when the peer changes. On success *segment_out is
  * owned by the caller, released with tent_segment_close.
- * Errors: NOT_FOUND, TIMEOUT, AUTH, PROTOCOL, VERSION_MISMATCH, TRANSPORT. */
+ * Errors: INVALID_ARGUMENT, NOT_FOUND, TIMEOUT, AUTH, PROTOCOL,
+ * VERSION_MISMATCH, TRANSPORT. */
 tent_status tent_segment_open(tent_engine *engine, const char *name, tent_segment **segment_out);
 
 /* Closes a segment handle. Transfers already submitted to it continue.
@@ -341,7 +344,10 @@ tent_status tent_transfer(tent_engine *engine, const tent_request *requests, siz
 /* Copies the status of the first min(n, batch size) requests into out.
  * Returns TENT_OK if all requests succeeded, TENT_PENDING if any is still
  * running, or the code of the first failed request once all have finished.
- * *completed_out (may be NULL) receives the number of finished requests. */
+ * *completed_out (may be NULL) receives the number of finished requests.
+ * When the call itself fails (an invalid handle, NULL out with n > 0),
+ * neither out nor *completed_out is written: a caller tells "a request
+ * failed" from "the call failed" by *completed_out having been set. */
 tent_status tent_batch_status(tent_batch *batch, tent_request_status *out, size_t n,
                               size_t *completed_out);
 
@@ -357,7 +363,9 @@ tent_status tent_batch_wait(tent_batch *batch, int64_t timeout_ms);
 tent_status tent_batch_destroy(tent_batch *batch);
 
 /* Submits, waits and releases in one call. statuses_out (may be NULL) has
- * room for n statuses. Returns what tent_batch_wait returns. */
+ * room for n statuses; it is written only if the requests were submitted,
+ * so a failure of the call itself (bad input) leaves it untouched. Returns
+ * what tent_batch_wait returns. */
 tent_status tent_transfer_sync(tent_engine *engine, const tent_request *requests, size_t n,
                                const tent_transfer_options *opts,
                                tent_request_status *statuses_out);
