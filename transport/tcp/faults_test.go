@@ -129,7 +129,8 @@ func (f *fakePeer) serve(c net.Conn) {
 }
 
 // settled waits for every request of the batch to be let go by the
-// transport and returns the time that took.
+// transport and returns the time that took; then it waits for the final
+// statuses (which the engine publishes just after).
 func settled(t testing.TB, b *core.Batch, limit time.Duration) time.Duration {
 	t.Helper()
 	start := time.Now()
@@ -138,7 +139,13 @@ func settled(t testing.TB, b *core.Batch, limit time.Duration) time.Duration {
 	case <-time.After(limit):
 		t.Fatalf("requests still held by the transport after %v", limit)
 	}
-	return time.Since(start)
+	took := time.Since(start)
+	select {
+	case <-b.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the batch has no final status 5s after its requests settled")
+	}
+	return took
 }
 
 // A peer that stops reading, or stops answering: the requests fail by
