@@ -23,7 +23,7 @@ import (
 type fakePeer struct {
 	t    testing.TB
 	ln   net.Listener
-	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset
+	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "slow": answer late
 	desc []byte
 	inc  uint64
 
@@ -124,6 +124,24 @@ func (f *fakePeer) serve(c net.Conn) {
 			_, _ = io.ReadFull(c, make([]byte, 1000))
 			_ = c.(*net.TCPConn).SetLinger(0)
 			c.Close()
+		case "slow": // answers each WRITE, 400ms after it arrived
+			hdr := make([]byte, 24)
+			for {
+				if _, err := io.ReadFull(c, hdr); err != nil {
+					return
+				}
+				n := binary.LittleEndian.Uint32(hdr[4:])
+				if _, err := io.CopyN(io.Discard, c, int64(n)); err != nil {
+					return
+				}
+				time.Sleep(400 * time.Millisecond)
+				reply := make([]byte, 24)
+				reply[0] = hdr[0]
+				copy(reply[8:16], hdr[8:16])
+				if _, err := c.Write(reply); err != nil {
+					return
+				}
+			}
 		}
 	}
 }
@@ -309,4 +327,23 @@ func TestPeerKilledMidBatch(t *testing.T) {
 	}
 	require.True(t, ok, "the restarted peer is not reachable through the old segment")
 	require.Equal(t, peertest.Pattern(77, 1<<20), local[:1<<20])
+}
+
+// The socket deadline left from a batch that completed does not fail a
+// later batch with a longer deadline: it is moved when it fires.
+func TestStaleDeadline(t *testing.T) {
+	f := startFake(t, "slow")
+	e, tr := newEngine(t, core.Options{TCPStreams: 1})
+	local := register(t, e, 4096, 0)
+	seg, err := e.OpenSegment(f.addr())
+	require.NoError(t, err)
+	req := []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 4096}}
+	code, _, err := run(t, e, req, 600*time.Millisecond) // answered after 400ms
+	require.Equal(t, status.OK, code, "%v", err)
+	start := time.Now()
+	code, _, err = run(t, e, req, 5*time.Second) // answered after the first deadline
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Greater(t, time.Since(start), 300*time.Millisecond)
+	require.EqualValues(t, 1, tr.Stats()["dials"], "the connection was kept")
+	require.Zero(t, tr.Stats()["timeouts"])
 }

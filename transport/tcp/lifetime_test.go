@@ -2,6 +2,7 @@ package tcp_test
 
 import (
 	"bytes"
+	"net"
 	"os"
 	"runtime"
 	"sync"
@@ -254,4 +255,50 @@ func TestAuthentication(t *testing.T) {
 		Remote: peer.Buffers[0].Addr, Len: 1 << 20}}, 10*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, peertest.Sum(src), peerSum(t, peer, 0))
+}
+
+// Uninstall does not wait for a dial that hangs in the handshake: it
+// cancels it, and the request fails with Closed.
+func TestUninstallDuringDial(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	var mu sync.Mutex
+	var held []net.Conn
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // accepted, never answered
+			mu.Unlock()
+		}
+	}()
+	e, tr := newEngine(t, core.Options{})
+	src := make([]byte, 64)
+	done := make(chan error, 1)
+	go func() {
+		done <- tr.Raw(ln.Addr().String(), 1, core.OpWrite, memory.Addr(src), 0x1000, 64, 30*time.Second)
+	}()
+	require.Eventually(t, func() bool { return tr.Stats()["dials"] == 1 }, 5*time.Second, time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // into the handshake
+	start := time.Now()
+	require.NoError(t, e.Uninstall("tcp"))
+	require.Less(t, time.Since(start), 2*time.Second)
+	select {
+	case err := <-done:
+		require.Equal(t, status.Closed, status.CodeOf(err), "%v", err)
+	case <-time.After(2 * time.Second):
+		t.Fatal("the request did not end")
+	}
+	requireIdle(t, tr)
 }
