@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tent-dev/tent/status"
@@ -78,6 +79,7 @@ type Engine struct {
 	index       *index
 	regions     map[*Region]struct{}
 	transports  []*installed
+	moversCache atomic.Pointer[[]*installed] // the Movers of transports, rebuilt on change
 	generation  uint64
 	watchers    []func()
 	peers       map[string]*Peer
@@ -213,7 +215,20 @@ func (e *Engine) Install(t Transport) error {
 		return status.Errorf(status.Closed, "engine closed during install")
 	}
 	e.transports = append(e.transports, &installed{t: t})
+	e.refreshMovers()
 	return nil
+}
+
+// refreshMovers rebuilds the list the transfer path reads without the
+// engine lock. Call with e.mu held.
+func (e *Engine) refreshMovers() {
+	ms := make([]*installed, 0, len(e.transports))
+	for _, in := range e.transports {
+		if _, ok := in.t.(Mover); ok {
+			ms = append(ms, in)
+		}
+	}
+	e.moversCache.Store(&ms)
 }
 
 // Transports lists the installed transports in preference order.
@@ -247,6 +262,7 @@ func (e *Engine) Uninstall(name string) error {
 		}
 	}
 	e.transports = kept
+	e.refreshMovers()
 	e.mu.Unlock()
 	if name != "" && len(victims) == 0 {
 		return status.Errorf(status.NotFound, "transport %q is not installed", name)
@@ -272,6 +288,7 @@ func (e *Engine) uninstallAll() {
 	e.mu.Lock()
 	victims := e.transports
 	e.transports = nil
+	e.refreshMovers()
 	e.mu.Unlock()
 	_ = uninstall(victims)
 }
@@ -288,6 +305,7 @@ func (e *Engine) Close() error {
 	e.closed = true
 	victims := e.transports
 	e.transports = nil
+	e.refreshMovers()
 	batches := make([]*Batch, 0, len(e.batches))
 	for b := range e.batches {
 		batches = append(batches, b)

@@ -33,22 +33,31 @@ type index struct {
 	reserved  int
 	committed int
 	bytes     uint64 // committed bytes
+
+	// Reused by find (always under the engine lock), so a lookup on the
+	// transfer path allocates nothing.
+	pivot span
+	last  *span
+	visit func(*span) bool
 }
 
 func newIndex() *index {
-	return &index{tree: btree.NewG[*span](16, spanLess)}
+	ix := &index{tree: btree.NewG[*span](16, spanLess)}
+	ix.visit = func(s *span) bool { ix.last = s; return false }
+	return ix
 }
 
 // find returns the span overlapping [start, end), or nil. Spans are disjoint
 // and sorted, so the last span starting before end is the only candidate.
 func (ix *index) find(start, end uint64) *span {
-	var hit *span
-	ix.tree.DescendLessOrEqual(&span{start: end - 1}, func(s *span) bool {
-		if s.end > start {
-			hit = s
-		}
-		return false
-	})
+	ix.last = nil
+	ix.pivot.start = end - 1
+	ix.tree.DescendLessOrEqual(&ix.pivot, ix.visit)
+	hit := ix.last
+	ix.last = nil
+	if hit == nil || hit.end <= start {
+		return nil
+	}
 	return hit
 }
 

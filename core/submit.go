@@ -51,8 +51,10 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 			b.releaseLocal(i)
 			return nil, status.Errorf(status.CodeOf(err), "request %d: local memory: %w", i, err)
 		}
-		*r = Request{Op: tr.Op, Local: tr.Local, Remote: tr.Remote, Len: tr.Len, Peer: tr.Segment.peer,
-			LocalRegion: local, Deadline: b.deadline, batch: b, index: i}
+		// Field by field: copying a whole Request value would run the
+		// bulk write barrier over every pointer in it.
+		r.Op, r.Local, r.Remote, r.Len = tr.Op, tr.Local, tr.Remote, tr.Len
+		r.Peer, r.LocalRegion, r.Deadline, r.batch, r.index = tr.Segment.peer, local, b.deadline, b, i
 		r.status.Store(int32(status.Pending))
 	}
 	b.pending.Store(int64(len(reqs)))
@@ -231,16 +233,13 @@ func (e *Engine) dispatch(m *installed, rs []*Request) {
 	}
 }
 
+// movers returns the installed Movers in preference order. The slice is
+// shared: callers must not modify it.
 func (e *Engine) movers() []*installed {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	out := make([]*installed, 0, len(e.transports))
-	for _, in := range e.transports {
-		if _, ok := in.t.(Mover); ok {
-			out = append(out, in)
-		}
+	if p := e.moversCache.Load(); p != nil {
+		return *p
 	}
-	return out
+	return nil
 }
 
 func (e *Engine) mover(name string) *installed {
@@ -252,10 +251,15 @@ func (e *Engine) mover(name string) *installed {
 	return nil
 }
 
-func (e *Engine) eligible(m *installed, r *Request) bool {
-	ok := false
-	_ = safeCall(m.t.Name()+" eligible", func() error { ok = m.t.(Mover).Eligible(r); return nil })
-	return ok
+// eligible asks m whether it can serve r. A panicking Eligible is a bug in
+// that transport; it counts as "no", so the request goes elsewhere.
+func (e *Engine) eligible(m *installed, r *Request) (ok bool) {
+	defer func() {
+		if recover() != nil {
+			ok = false
+		}
+	}()
+	return m.t.(Mover).Eligible(r)
 }
 
 func (e *Engine) firstMover(r *Request) *installed {

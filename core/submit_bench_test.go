@@ -1,0 +1,55 @@
+package core_test
+
+import (
+	"testing"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/core/coretest"
+	"github.com/tent-dev/tent/internal/memory"
+)
+
+// BenchmarkSubmit128 measures the engine's own cost per batch of 128
+// requests (checks, routing, completion) with a mover that completes at
+// once, so no data moves.
+func BenchmarkSubmit128(b *testing.B) {
+	a, err := core.New(core.Options{Transports: []string{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer a.Close()
+	m := coretest.NewMover("fake")
+	_ = a.Install(m)
+	t, _ := core.New(core.Options{Transports: []string{}})
+	defer t.Close()
+	src := make([]byte, 128*4096)
+	dst := make([]byte, 128*4096)
+	if _, err := a.Register(core.RegionDesc{Addr: memory.Addr(src), Len: uint64(len(src))}, 0); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := t.Register(core.RegionDesc{Addr: memory.Addr(dst), Len: uint64(len(dst))}, core.PermRemoteWrite); err != nil {
+		b.Fatal(err)
+	}
+	seg, err := a.OpenSegment(t.Name())
+	if err != nil {
+		b.Fatal(err)
+	}
+	reqs := make([]core.TransferRequest, 128)
+	for i := range reqs {
+		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src) + uint64(i)*4096, Segment: seg,
+			Remote: memory.Addr(dst) + uint64(i)*4096, Len: 4096}
+	}
+	go func() {
+		for range m.Entered() {
+		}
+	}()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		batch, err := a.Submit(reqs, core.TransferOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-batch.Done()
+		a.ReleaseBatch(batch)
+	}
+}
