@@ -19,13 +19,22 @@ import (
 
 // BenchmarkTransfer moves batches of 128 requests to and from a peer in
 // another process over loopback, one batch at a time, and reports GB/s
-// (1e9 bytes per second) and the batch latency's p50 and p99.
+// (1e9 bytes per second), the CPU time both processes spent per GB, and
+// the batch latency's p50 and p99.
 //
 //	go test -run '^$' -bench Transfer -benchtime 2s ./transport/tcp/
+//	transport/tcp/testdata/bench.sh 3   # the same, between iperf3 runs
+//
+// TENT_BENCH_STREAMS sets Options.TCPStreams; TENT_BENCH_SPAN_MIB the
+// memory (on each side) that the requests cycle through, 128 MiB by
+// default, so that large blocks come from and go to memory, not cache.
 func BenchmarkTransfer(b *testing.B) {
-	const span = 128 << 20 // requests wrap around within this much memory
+	span := 128 << 20 // requests wrap around within this much memory
+	if mib, _ := strconv.Atoi(os.Getenv("TENT_BENCH_SPAN_MIB")); mib > 0 {
+		span = mib << 20
+	}
 	peer := peertest.Start(b, peertest.Config{Transports: []string{"tcp"},
-		Buffers: []peertest.Buffer{{Size: span, Perm: rw}}})
+		Buffers: []peertest.Buffer{{Size: uint64(span), Perm: rw}}})
 	streams, _ := strconv.Atoi(os.Getenv("TENT_BENCH_STREAMS")) // 0: the default
 	e, _ := newEngine(b, core.Options{TCPStreams: streams})
 	local := register(b, e, span, 0)

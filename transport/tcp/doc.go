@@ -82,12 +82,19 @@
 //
 // Payloads go from registered memory to the socket with writev (headers
 // and payloads of many requests in one call, net.Buffers), and from the
-// socket into registered memory with read. Each side reads headers through
-// a 64 KiB receive buffer, many per system call; payload bytes that arrive
-// in that buffer together with their header are copied from it once (this
-// is what makes 4 KiB requests cheap), while the rest of a payload, when
-// at least 16 KiB of it is still in the socket, is read straight into the
-// destination. No payload is staged on the Go heap.
+// socket into registered memory with readv. Each side reads through a
+// 64 KiB receive buffer and adapts to what the headers announce:
+//
+//   - small payloads (under 16 KiB) come through the buffer, many requests
+//     per read, and are copied once from it: a system call per request
+//     would cost more than the copy;
+//   - a large payload is read with readv straight into its destination,
+//     with only the next header behind it landing in the buffer; while
+//     payloads stay large, reads into the buffer stop at the next header,
+//     so in steady state each large request costs one readv and no copy.
+//
+// No payload is staged on the Go heap; a refused WRITE's payload is read
+// into the receive buffer and dropped.
 //
 // # Threading
 //
@@ -96,9 +103,11 @@
 // 4 MiB or 512 requests per writev, without waiting for replies) and a
 // reader goroutine (it takes replies in order and completes requests).
 // Target: the engine's listener runs one handler per accepted connection;
-// it serves requests in order and writes the collected replies when the
-// next request header is not in its buffer yet, or 2 MiB or 512 pieces
-// have piled up. Parallelism comes from the streams.
+// it serves requests in order and writes the collected replies (one
+// writev, READ payloads straight from registered memory, which stays
+// acquired until then) when a non-blocking read finds no further request,
+// or 2 MiB or 512 pieces have piled up. Parallelism comes from the
+// streams.
 //
 // # Deadlines, faults, cancel
 //

@@ -23,6 +23,7 @@ for r in $(seq "$rounds"); do
 	echo "== round $r, $(uptime | sed 's/.*load/load/')"
 	iperf
 	"$bin" -test.run '^$' -test.bench "$pattern" -test.benchtime "${BENCHTIME:-2s}" | grep -E '^Benchmark' |
-		awk '{printf "%-42s %8s GB/s  p50 %8s µs  p99 %8s µs\n", $1, $6, $8, $10}'
+		awk '{ for (i = 3; i <= NF; i++) v[$i] = $(i-1)
+		       printf "%-40s %7s GB/s  %6s cpu-s/GB  p50 %9s µs  p99 %9s µs\n", $1, v["GB/s"], v["cpu-s/GB"], v["p50-µs"], v["p99-µs"] }'
 	iperf
 done
