@@ -498,13 +498,26 @@ class Engine(_Managed):
             raise TypeError(f"remote_addr must be an int, not {type(remote_addr).__name__}")
         if not 0 <= remote_addr < 1 << 64:
             raise InvalidArgument(f"remote_addr {remote_addr} is out of range")
-        req = _lib.Request(op, 0, addr, segment.handle, remote_addr, length)
-        opts, okeep = self._transfer_options(timeout, None, transport)
-        status = _lib.RequestStatus()
-        st = _lib.lib().tent_transfer_sync(h, byref(req), 1, opts if opts is None else byref(opts), byref(status))
-        del keep, okeep
-        check(st)
-        return result_of(status)
+        seg = segment.handle
+        if timeout is None and transport is None:
+            opts = okeep = None
+        else:
+            opts, okeep = self._transfer_options(timeout, None, transport)
+        # One request and one status struct per thread, reused (the call is
+        # synchronous): cheaper than allocating both per call. Taken out
+        # while in use, so a re-entrant call (a finalizer) gets its own.
+        cache = _sync_bufs.__dict__
+        bufs = cache.pop("v", None) or _new_sync_bufs()
+        try:
+            req, status, preq, pstatus = bufs
+            req.opcode, req.local_addr, req.segment, req.remote_addr, req.length = op, addr, seg, remote_addr, length
+            st = _lib.lib().tent_transfer_sync(h, preq, 1, opts if opts is None else byref(opts), pstatus)
+            del keep, okeep
+            if st < 0:
+                check(st)
+            return result_of(status)
+        finally:
+            cache["v"] = bufs
 
     def write(
         self,
@@ -603,6 +616,14 @@ class Engine(_Managed):
                 continue
             check(st)
             return Notification(sender.value.decode("utf-8", "replace"), buf.raw[: n.value])
+
+
+_sync_bufs = threading.local()
+
+
+def _new_sync_bufs() -> Tuple[Any, Any, Any, Any]:
+    req, status = _lib.Request(), _lib.RequestStatus()
+    return req, status, byref(req), byref(status)
 
 
 def _request_array(requests: Any) -> Tuple[Any, int, Any]:
