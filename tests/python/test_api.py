@@ -54,10 +54,14 @@ def test_engine_context_manager_closes_on_exception():
 
 
 def test_engine_with_secret():
-    # (a wrong secret is refused across processes: test_processes.py)
+    # (and across processes: test_processes.py)
     with tent.Engine(secret=b"s3cret") as a, tent.Engine(secret="s3cret") as b:
         with b.open_segment(a.name):
             pass
+        with tent.Engine(secret=b"wrong") as c, tent.Engine() as d:
+            for other in (c, d):
+                with pytest.raises(tent.AuthError):
+                    other.open_segment(a.name)
 
 
 def test_register_keeps_the_object_alive(engine):
