@@ -42,6 +42,7 @@ from ._requests import READ, WRITE, RequestResult, opcode, result_of
 
 _OK = _lib.TENT_OK
 _PENDING = _lib.TENT_PENDING
+_UNSET = ctypes.c_size_t(-1).value  # an out-parameter the library did not write
 
 # ---- helpers ---------------------------------------------------------------
 
@@ -902,11 +903,16 @@ class Batch(_Child):
     def _free(self, engine_handle: int, handle: Optional[int]) -> int:
         return _lib.lib().tent_batch_destroy(handle)
 
-    def _poll(self) -> Tuple[int, str]:
-        """(tent_batch_status of no entries, the message if it failed)."""
+    def _poll(self) -> Tuple[int, str, int]:
+        """tent_batch_status of no entries: (status, the message if it is
+        an error, completed). Raises if the call itself failed (tent.h: then
+        completed_out is not written)."""
         dll = _lib.lib()
-        st = dll.tent_batch_status(self.handle, None, 0, None)
-        return st, (dll.tent_last_error().decode("utf-8", "replace") if st < 0 else "")
+        done = c_size_t(_UNSET)
+        st = dll.tent_batch_status(self.handle, None, 0, byref(done))
+        if st < 0 and done.value == _UNSET:
+            check(st)
+        return st, (dll.tent_last_error().decode("utf-8", "replace") if st < 0 else ""), done.value
 
     @property
     def done(self) -> bool:
@@ -930,7 +936,7 @@ class Batch(_Child):
             if st != _lib.TENT_ERR_TIMEOUT:
                 check(st)
             msg = dll.tent_last_error().decode("utf-8", "replace")
-            polled, pmsg = self._poll()
+            polled, pmsg, _ = self._poll()
             if polled == _OK:
                 return
             if polled != _PENDING:  # a request failed (perhaps with TIMEOUT)
@@ -943,9 +949,9 @@ class Batch(_Child):
     def _status_array(self) -> Tuple[Any, int]:
         if self._statuses is None:
             self._statuses = (_lib.RequestStatus * self._n)()
-        done = c_size_t()
+        done = c_size_t(_UNSET)
         st = _lib.lib().tent_batch_status(self.handle, self._statuses, self._n, byref(done))
-        if st in (_lib.TENT_ERR_INVALID_HANDLE, _lib.TENT_ERR_FORKED):
+        if st < 0 and done.value == _UNSET:
             check(st)  # the call failed; other codes are the requests' outcome
         return self._statuses, done.value
 
@@ -968,11 +974,7 @@ class Batch(_Child):
     @property
     def completed(self) -> int:
         """How many requests finished."""
-        done = c_size_t()
-        st = _lib.lib().tent_batch_status(self.handle, None, 0, byref(done))
-        if st in (_lib.TENT_ERR_INVALID_HANDLE, _lib.TENT_ERR_FORKED):
-            check(st)
-        return done.value
+        return self._poll()[2]
 
 
 # ---- module functions -------------------------------------------------------

@@ -110,12 +110,14 @@ def test_deadlines_with_a_stopped_peer():
             seg = e.open_segment(p.name)
             buf = np.zeros(1 << 20, np.uint8)
             with e.register(buf) as r:
-                e.write(r, seg, p.addr)  # warm: connections are up
+                # tcp: the peer's process serves each request (shm would copy
+                # from its mapping without it, stopped or not)
+                e.write(r, seg, p.addr, transport="tcp")  # warm: connections are up
                 os.kill(p.proc.pid, signal.SIGSTOP)
                 try:
                     reqs = tent.make_requests("read", r, seg, p.addr, local_offsets=[0], lengths=1 << 20)
                     t0 = time.monotonic()
-                    with e.transfer(reqs, timeout=1.5) as b:
+                    with e.transfer(reqs, timeout=1.5, transport="tcp") as b:
                         with pytest.raises(tent.Timeout) as info:
                             b.wait(0.2)  # still running: the wait times out
                         assert not b.done and b.status()[0].pending
