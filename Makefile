@@ -43,7 +43,7 @@ TEST_TARGETS += test-fork
 TEST_TARGETS += test-cpp
 TEST_TARGETS += test-python
 
-.PHONY: all lib demo test $(TEST_TARGETS) clean bench-register
+.PHONY: all lib demo test $(TEST_TARGETS) clean bench-register gpu-check
 
 all: lib $(BUILD)/demo_register
 
@@ -170,3 +170,13 @@ $(BUILD)/bench_register: bench/c/bench_register.c $(HEADER) $(LIB)
 
 bench-register: $(BUILD)/bench_register
 	./$(BUILD)/bench_register
+
+# ---- GPU check (needs a machine with an NVIDIA GPU and driver) ---------------
+# Two processes on one GPU, 1 GiB VRAM->VRAM through the cuda transport with
+# checksums, bandwidth beside a plain cuMemcpyDtoD, then uninstall with fds
+# and GPU memory back at baseline. Prints one JSON object; exit 0 = pass.
+
+gpu-check:
+	@mkdir -p $(BUILD)
+	$(GO) build -o $(BUILD)/gpucheck ./transport/cuda/gpucheck
+	./$(BUILD)/gpucheck | tee $(BUILD)/gpucheck.json
