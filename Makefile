@@ -179,4 +179,4 @@ bench-register: $(BUILD)/bench_register
 gpu-check:
 	@mkdir -p $(BUILD)
 	$(GO) build -o $(BUILD)/gpucheck ./transport/cuda/gpucheck
-	./$(BUILD)/gpucheck | tee $(BUILD)/gpucheck.json
+	./$(BUILD)/gpucheck > $(BUILD)/gpucheck.json; rc=$$?; cat $(BUILD)/gpucheck.json; exit $$rc

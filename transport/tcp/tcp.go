@@ -318,10 +318,12 @@ func (t *Transport) Uninstall() error {
 	t.mu.Unlock()
 	if e != nil {
 		e.HandleConn(core.KindTCPData, nil)
-		t.cancel()
 	}
 	for _, c := range conns {
 		c.fail(core.ErrUninstalled)
+	}
+	if t.cancel != nil {
+		t.cancel() // dials in progress give up (their requests have failed above)
 	}
 	for _, nc := range srv {
 		nc.Close()
