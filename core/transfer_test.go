@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/core/coretest"
@@ -364,4 +365,29 @@ func TestAllocFree(t *testing.T) {
 	// A region the caller registered is not the engine's to free.
 	_, plain := buf(t, a, 64, 0)
 	require.ErrorIs(t, a.Free(plain), status.ErrInvalidArgument)
+}
+
+// Memory registered and then unmapped behind the engine's back fails the
+// request; it does not crash the process.
+func TestUnmappedRegisteredMemory(t *testing.T) {
+	a := newLocalEngine(t, core.Options{})
+	b := newLocalEngine(t, core.Options{})
+	src, _ := buf(t, a, 4096, 0)
+	page := 4096
+	m, err := unix.Mmap(-1, 0, page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	require.NoError(t, err)
+	addr := memory.Addr(m)
+	_, err = b.Register(core.RegionDesc{Addr: addr, Len: uint64(page)}, core.PermRemoteWrite|core.PermRemoteRead)
+	require.NoError(t, err)
+	require.NoError(t, unix.Munmap(m))
+	seg, err := a.OpenSegment(b.Name())
+	require.NoError(t, err)
+	for _, op := range []core.Op{core.OpWrite, core.OpRead} {
+		batch, err := a.Submit([]core.TransferRequest{{Op: op, Local: memory.Addr(src), Segment: seg, Remote: addr, Len: 64}}, core.TransferOptions{})
+		require.NoError(t, err)
+		code, _ := wait(t, batch)
+		require.Equal(t, status.InvalidArgument, code)
+		_, _, err = batch.Status(nil)
+		require.Contains(t, err.Error(), "not mapped")
+	}
 }

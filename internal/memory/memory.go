@@ -2,7 +2,12 @@
 // runtime does not own) into byte slices, in one audited place.
 package memory
 
-import "unsafe"
+import (
+	"runtime/debug"
+	"unsafe"
+
+	"github.com/tent-dev/tent/status"
+)
 
 // Bytes returns the n bytes at addr as a slice. addr must point to memory
 // that stays mapped while the slice is used; the engine guarantees that by
@@ -23,4 +28,38 @@ func Addr(b []byte) uint64 {
 		return 0
 	}
 	return uint64(uintptr(unsafe.Pointer(&b[0])))
+}
+
+// Copy copies src into dst like the builtin, but a fault on either side
+// (registered memory that the owner unmapped without unregistering) is an
+// error instead of a crash of the whole process.
+func Copy(dst, src []byte) (n int, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = faultError(r)
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return copy(dst, src), nil
+}
+
+// Guard runs f with faults on foreign memory turned into an error; for
+// code paths that touch registered memory in other ways than Copy (a
+// socket read into it, a checksum).
+func Guard(f func() error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = faultError(r)
+		}
+	}()
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	return f()
+}
+
+func faultError(r any) error {
+	if f, ok := r.(interface{ Addr() uintptr }); ok {
+		return status.Errorf(status.InvalidArgument,
+			"registered memory at %#x is not mapped (freed or unmapped without being unregistered)", f.Addr())
+	}
+	panic(r) // not a memory fault: a bug, let the caller's recovery see it
 }

@@ -39,6 +39,11 @@ func (t *Transport) Eligible(r *core.Request) bool {
 		!strings.HasPrefix(r.RemoteRegion.Location, "cuda")
 }
 
+// inlineLimit: batches up to this many bytes are copied on the caller's
+// thread. A copy that small costs less than handing it to a goroutine and
+// waking the caller back up, which dominated small synchronous transfers.
+const inlineLimit = 256 << 10
+
 func (t *Transport) Submit(reqs []*core.Request) {
 	t.mu.Lock()
 	if t.closed {
@@ -50,12 +55,21 @@ func (t *Transport) Submit(reqs []*core.Request) {
 	}
 	t.wg.Add(1)
 	t.mu.Unlock()
-	go func() {
+	var total uint64
+	for _, r := range reqs {
+		total += r.Len
+	}
+	run := func() {
 		defer t.wg.Done()
 		for _, r := range reqs {
 			r.Done(t.copy(r))
 		}
-	}()
+	}
+	if total <= inlineLimit {
+		run()
+		return
+	}
+	go run()
 }
 
 func (t *Transport) copy(r *core.Request) (uint64, error) {
@@ -82,10 +96,14 @@ func (t *Transport) copy(r *core.Request) (uint64, error) {
 	defer target.Release(region)
 	local := memory.Bytes(r.Local, r.Len)
 	remote := memory.Bytes(r.Remote, r.Len)
+	dst, src := remote, local
 	if r.Op == core.OpRead {
-		copy(local, remote)
-	} else {
-		copy(remote, local)
+		dst, src = local, remote
+	}
+	// Registered memory that its owner unmapped fails the request; it must
+	// not take the process down.
+	if _, err := memory.Copy(dst, src); err != nil {
+		return 0, err
 	}
 	t.copies.Add(1)
 	t.bytes.Add(int64(r.Len))
