@@ -156,6 +156,9 @@ func checkListenAddr(o Options) error {
 	if strings.TrimSpace(o.ListenAddr) == "" {
 		return status.Errorf(status.InvalidArgument, "empty listen address")
 	}
+	if len(o.Name) > wire.MaxNameLen {
+		return status.Errorf(status.InvalidArgument, "engine name of %d bytes exceeds %d", len(o.Name), wire.MaxNameLen)
+	}
 	return nil
 }
 

@@ -377,6 +377,10 @@ tent_status tent_transfer_sync(tent_engine *engine, const tent_request *requests
 tent_status tent_notify_send(tent_engine *engine, tent_segment *segment, const void *msg,
                              size_t len);
 
+/* The longest segment name, in bytes without the NUL: a `from` buffer of
+ * TENT_MAX_NAME_LEN + 1 bytes always fits the sender's name. */
+#define TENT_MAX_NAME_LEN 1024
+
 /* Receives the oldest notification, waiting up to timeout_ms (0 = do not
  * wait, negative = the engine's default timeout). Copies the message into
  * buf and the sender's segment name, NUL-terminated, into from (may be NULL

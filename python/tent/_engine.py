@@ -601,19 +601,16 @@ class Engine(_Managed):
         h = self._h()
         ms = _millis(timeout, "timeout", zero_is_default=False)
         dll = _lib.lib()
-        cap, from_cap = 4096, 256
+        # A sender name always fits TENT_MAX_NAME_LEN + 1 bytes; only the
+        # message may need a second try, with its reported length.
+        cap, from_cap = 4096, _lib.TENT_MAX_NAME_LEN + 1
         n = c_size_t()
+        sender = ctypes.create_string_buffer(from_cap)
         while True:
             buf = ctypes.create_string_buffer(cap)
-            sender = ctypes.create_string_buffer(from_cap)
             st = dll.tent_notify_recv(h, ms, buf, cap, byref(n), sender, from_cap)
-            if st == _lib.TENT_ERR_BUFFER_TOO_SMALL:
-                if n.value > cap:
-                    cap = n.value
-                else:  # the sender's name did not fit (its length is not reported)
-                    if from_cap >= 1 << 20:
-                        check(st)
-                    from_cap *= 4
+            if st == _lib.TENT_ERR_BUFFER_TOO_SMALL and n.value > cap:
+                cap = n.value
                 continue
             check(st)
             return Notification(sender.value.decode("utf-8", "replace"), buf.raw[: n.value])

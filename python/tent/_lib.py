@@ -67,6 +67,8 @@ TENT_OP_WRITE = 1
 
 TENT_STATUS_RETRIED = 0x1
 
+TENT_MAX_NAME_LEN = 1024
+
 # Every #define of tent.h that is a plain integer, by name (the header test
 # compares this with the header; macros with arguments and the *_INIT
 # initializers are not values).
