@@ -29,25 +29,27 @@ import (
 // memory (on each side) that the requests cycle through, 128 MiB by
 // default, so that large blocks come from and go to memory, not cache.
 func BenchmarkTransfer(b *testing.B) {
-	span := 128 << 20 // requests wrap around within this much memory
+	span := 128 << 20 // requests cycle through this much memory (at least one block)
 	if mib, _ := strconv.Atoi(os.Getenv("TENT_BENCH_SPAN_MIB")); mib > 0 {
 		span = mib << 20
 	}
+	const maxSize = 64 << 20
+	bufSize := max(span, maxSize)
 	peer := peertest.Start(b, peertest.Config{Transports: []string{"tcp"},
-		Buffers: []peertest.Buffer{{Size: uint64(span), Perm: rw}}})
+		Buffers: []peertest.Buffer{{Size: uint64(bufSize), Perm: rw}}})
 	streams, _ := strconv.Atoi(os.Getenv("TENT_BENCH_STREAMS")) // 0: the default
 	e, _ := newEngine(b, core.Options{TCPStreams: streams})
-	local := register(b, e, span, 0)
+	local := register(b, e, bufSize, 0)
 	random(local)
 	seg, err := e.OpenSegment(peer.Name)
 	require.NoError(b, err)
 	remote := peer.Buffers[0].Addr
 
 	for _, op := range []core.Op{core.OpWrite, core.OpRead} {
-		for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20} {
+		for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, maxSize} {
 			name := map[core.Op]string{core.OpWrite: "write", core.OpRead: "read"}[op]
 			b.Run(fmt.Sprintf("%s/%s", name, sizeName(size)), func(b *testing.B) {
-				benchBatches(b, e, seg, peer.PID, op, memory.Addr(local), remote, span, size, 128)
+				benchBatches(b, e, seg, peer.PID, op, memory.Addr(local), remote, max(span, size), size, 128)
 			})
 		}
 	}
