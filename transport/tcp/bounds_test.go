@@ -141,3 +141,32 @@ func TestTargetEnforcesAcrossProcesses(t *testing.T) {
 	require.NoError(t, tr.Raw(addr, inc, core.OpRead, memory.Addr(src)+1, peer.Buffers[0].Addr, 1<<20, 5*time.Second))
 	require.Equal(t, peertest.Pattern(0, 1<<20), src[1:1<<20+1])
 }
+
+// Memory a target registered and then unmapped without unregistering: the
+// target's copy into it faults. That must fail the requests, not kill the
+// target process, and the engines keep working afterwards.
+func TestUnmappedTargetMemory(t *testing.T) {
+	a, _ := newEngine(t, core.Options{})
+	b, _ := newEngine(t, core.Options{})
+	src := alloc(t, a, 1<<20, 0)
+	good := alloc(t, b, 1<<20, rw)
+	random(src)
+	m, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
+	require.NoError(t, err)
+	gone := memory.Addr(m)
+	_, err = b.Register(core.RegionDesc{Addr: gone, Len: 1 << 20}, rw)
+	require.NoError(t, err)
+	require.NoError(t, unix.Munmap(m))
+	seg, err := a.OpenSegment(b.Name())
+	require.NoError(t, err)
+	for _, n := range []uint64{64, 1 << 20} { // through the buffer, and readv
+		for _, op := range []core.Op{core.OpWrite, core.OpRead} {
+			code, _, err := run(t, a, []core.TransferRequest{{Op: op, Local: memory.Addr(src), Segment: seg, Remote: gone, Len: n}}, 5*time.Second)
+			require.NotEqual(t, status.OK, code, "%v", err)
+		}
+	}
+	code, _, err := run(t, a, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
+		Remote: memory.Addr(good), Len: 1 << 20}}, 5*time.Second)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, src, good)
+}

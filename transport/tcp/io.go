@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -138,9 +139,15 @@ func (b *bufReader) next(n int) ([]byte, error) {
 	return p, nil
 }
 
-// readInto fills dst from the stream.
+// readInto fills dst from the stream. dst is registered memory: a fault on
+// it (its owner unmapped it without unregistering) is an error that ends
+// the connection, never a crash; the kernel reports the same as EFAULT on
+// the readv path.
 func (b *bufReader) readInto(dst []byte) error {
-	k := copy(dst, b.buf[b.r:b.w])
+	k, err := memory.Copy(dst, b.buf[b.r:b.w])
+	if err != nil {
+		return err
+	}
 	b.r += k
 	rest := dst[k:]
 	if len(rest) == 0 {
@@ -150,7 +157,11 @@ func (b *bufReader) readInto(dst []byte) error {
 		if err := b.fill(len(rest)); err != nil {
 			return noEOF(err)
 		}
-		b.r += copy(rest, b.buf[b.r:b.w])
+		k, err := memory.Copy(rest, b.buf[b.r:b.w])
+		if err != nil {
+			return err
+		}
+		b.r += k
 		return nil
 	}
 	if b.raw == nil {
