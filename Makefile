@@ -61,8 +61,17 @@ $(BUILD)/include/tent.h: $(HEADER)
 $(BUILD)/demo_register: cpp_examples/demo_register.c $(HEADER) $(LIB)
 	$(CC) $(CFLAGS_TEST) -o $@ $< -L$(BUILD) -ltent $(RPATH)
 
-demo: all
+# The main job: the C registration demo, then two processes on this machine
+# moving 64 MiB over each transport with checksums (python -m tent demo, from
+# the wheel installed into a fresh venv), printing what moved, how fast, and
+# over which transport.
+VENV_DEMO := $(BUILD)/venv-demo
+
+demo: all wheel
 	./$(BUILD)/demo_register
+	rm -rf $(VENV_DEMO) && $(PYTHON) -m venv $(VENV_DEMO)
+	$(VENV_DEMO)/bin/python -m pip install -q --no-deps $(WHEEL_GLOB)
+	$(VENV_DEMO)/bin/python -m tent demo
 
 test: $(TEST_TARGETS)
 
