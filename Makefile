@@ -40,10 +40,11 @@ TEST_TARGETS := test-vet
 TEST_TARGETS += test-go
 TEST_TARGETS += test-c
 TEST_TARGETS += test-fork
+TEST_TARGETS += test-fuzz
 TEST_TARGETS += test-cpp
 TEST_TARGETS += test-python
 
-.PHONY: all lib demo test $(TEST_TARGETS) clean bench-register gpu-check
+.PHONY: all lib demo test $(TEST_TARGETS) clean bench-register gpu-check bench bench-compare
 
 all: lib $(BUILD)/demo_register
 
@@ -80,6 +81,22 @@ test-vet:
 
 test-go:
 	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
+
+# Every native fuzz target, briefly (their seed corpora already run in
+# test-go). A longer hunt: make test-fuzz FUZZTIME=5m.
+# The list: everything that parses a peer's bytes, the slab's operation
+# sequences, and the C boundary's registration.
+FUZZTIME ?= 1s
+FUZZ_TARGETS := slab:FuzzSlabOps wire:FuzzUnmarshalSegmentDesc wire:FuzzReadFrame wire:FuzzServerHandshake \
+                transport/tcp:FuzzHeaders transport/tcp:FuzzServe transport/shm:FuzzDecodeLease \
+                transport/shm:FuzzDecodeGrant capi:FuzzRegister
+
+test-fuzz:
+	@mkdir -p $(BUILD); set -e; for t in $(FUZZ_TARGETS); do \
+	  pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "$(GO) test -run '^$$' -fuzz '^$$fn$$' -fuzztime $(FUZZTIME) ./$$pkg"; \
+	  $(GO) test -run '^$$' -fuzz "^$$fn\$$" -fuzztime $(FUZZTIME) ./$$pkg >$(BUILD)/fuzz.log 2>&1 || { cat $(BUILD)/fuzz.log; exit 1; }; \
+	done
 
 # ---- C tests ---------------------------------------------------------------
 
@@ -179,6 +196,21 @@ $(BUILD)/bench_register: bench/c/bench_register.c $(HEADER) $(LIB)
 
 bench-register: $(BUILD)/bench_register
 	./$(BUILD)/bench_register
+
+# make bench: tent-bench (the wheel, in build/venv-test) and its C++ twin
+# (build/cpp_examples/bench, the raw C ABI) over every transport x block size
+# x READ/WRITE at batch 128, with --check and the machine's limits (memcpy,
+# iperf3). JSON lines: build/bench-python.jsonl, build/bench-cpp.jsonl.
+# make bench-compare [ARGS=--quick]: tent next to Mooncake and NIXL (bench/compare/).
+BENCH_ARGS ?= --transport local,shm,shm:register,tcp --op write,read --block-size 4K-64M --batch 128 --check
+
+bench: wheel $(VENV_TEST)/.stamp $(CPP_EX)/bench
+	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
+	$(VENV_TEST)/bin/tent-bench $(BENCH_ARGS) --json $(BUILD)/bench-python.jsonl --plot $(BUILD)/bench-python.png
+	./$(CPP_EX)/bench $(BENCH_ARGS) --json $(BUILD)/bench-cpp.jsonl
+
+bench-compare:
+	bash bench/compare/run.sh $(ARGS)
 
 # ---- GPU check (needs a machine with an NVIDIA GPU and driver) ---------------
 # Two processes on one GPU, 1 GiB VRAM->VRAM through the cuda transport with
