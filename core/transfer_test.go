@@ -379,7 +379,10 @@ func TestUnmappedRegisteredMemory(t *testing.T) {
 	addr := memory.Addr(m)
 	_, err = b.Register(core.RegionDesc{Addr: addr, Len: uint64(page)}, core.PermRemoteWrite|core.PermRemoteRead)
 	require.NoError(t, err)
-	require.NoError(t, unix.Munmap(m))
+	// PROT_NONE faults like an unmapped range, and unlike munmap it keeps
+	// the addresses from being reused by the next mmap.
+	require.NoError(t, unix.Mprotect(m, unix.PROT_NONE))
+	defer unix.Munmap(m)
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
 	for _, op := range []core.Op{core.OpWrite, core.OpRead} {

@@ -156,7 +156,10 @@ func TestUnmappedTargetMemory(t *testing.T) {
 	gone := memory.Addr(m)
 	_, err = b.Register(core.RegionDesc{Addr: gone, Len: 1 << 20}, rw)
 	require.NoError(t, err)
-	require.NoError(t, unix.Munmap(m))
+	// PROT_NONE faults like an unmapped range, and unlike munmap it keeps
+	// the addresses from being reused by the next mmap (a slab, say).
+	require.NoError(t, unix.Mprotect(m, unix.PROT_NONE))
+	defer unix.Munmap(m)
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
 	for _, n := range []uint64{64, 1 << 20} { // through the buffer, and readv

@@ -309,7 +309,13 @@ func (c *conn) write(nc net.Conn, group []*chunk) error {
 }
 
 func (c *conn) readLoop(nc net.Conn) {
-	rd := newBufReader(&clientSource{c: c, nc: nc}, replyHeaderSize)
+	buf, free, err := c.t.recvBuffer()
+	if err != nil {
+		c.fail(err)
+		return
+	}
+	defer free()
+	rd := newBufReader(&clientSource{c: c, nc: nc}, replyHeaderSize, buf)
 	if sc, ok := nc.(syscall.Conn); ok {
 		rd.raw, _ = sc.SyscallConn()
 		rd.count = &c.t.received

@@ -42,8 +42,9 @@ type bufReader struct {
 	large     bool // large payloads are coming: read one header at a time into buf
 }
 
-func newBufReader(src io.Reader, hdr int) *bufReader {
-	return &bufReader{src: src, buf: make([]byte, readBufSize), hdr: hdr}
+// newBufReader reads src through buf, which has readBufSize bytes.
+func newBufReader(src io.Reader, hdr int, buf []byte) *bufReader {
+	return &bufReader{src: src, buf: buf, hdr: hdr}
 }
 
 // expect tells the reader the payload size announced by the header just

@@ -47,7 +47,7 @@ func requireBaseline(t testing.TB, fds, goroutines int) {
 func requireIdle(t testing.TB, tr *tcp.Transport) {
 	t.Helper()
 	st := tr.Stats()
-	for _, k := range []string{"connections", "server_connections", "goroutines", "requests_in_flight"} {
+	for _, k := range []string{"connections", "server_connections", "goroutines", "requests_in_flight", "receive_buffers"} {
 		require.Zero(t, st[k], "%s: %v", k, st)
 	}
 }

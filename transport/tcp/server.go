@@ -39,8 +39,13 @@ func (t *Transport) serve(nc net.Conn, _ string) {
 		t.handlers.Add(-1)
 		t.srvWG.Done()
 	}()
+	buf, free, err := t.recvBuffer()
+	if err != nil {
+		return
+	}
+	defer free()
 	s := &server{t: t, e: e, nc: nc, stall: e.Options().DefaultTimeout}
-	s.rd = newBufReader(serverSource{s}, reqHeaderSize)
+	s.rd = newBufReader(serverSource{s}, reqHeaderSize, buf)
 	if sc, ok := nc.(syscall.Conn); ok {
 		s.rd.raw, _ = sc.SyscallConn()
 		s.rd.count = &t.received

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/slab"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -39,6 +40,10 @@ type Transport struct {
 	cancel   context.CancelFunc
 	wg       sync.WaitGroup // goroutines this transport started
 	srvWG    sync.WaitGroup // connection handlers running
+	// bufs holds the connections' receive buffers outside the Go heap; its
+	// blocks in use count the readers alive, and Uninstall closes it once
+	// every reader has returned.
+	bufs *slab.Slab
 
 	reqMu sync.Mutex
 	reqs  map[*core.Request]*reqState // for Cancel
@@ -73,6 +78,11 @@ func (t *Transport) Install(e *core.Engine) error {
 	if t.e != nil || t.closed {
 		return status.Errorf(status.InvalidArgument, "tcp transport instance already installed")
 	}
+	bufs, err := slab.New(readBufSize, 16)
+	if err != nil {
+		return err
+	}
+	t.bufs = bufs
 	t.e = e
 	t.streams = e.Options().TCPStreams
 	t.ctx, t.cancel = context.WithCancel(context.Background())
@@ -330,7 +340,22 @@ func (t *Transport) Uninstall() error {
 	}
 	t.wg.Wait()
 	t.srvWG.Wait()
+	if t.bufs != nil {
+		return t.bufs.Close() // no reader is left to use a buffer
+	}
 	return nil
+}
+
+// recvBuffer takes a receive buffer for one connection; free returns it.
+func (t *Transport) recvBuffer() (buf []byte, free func(), err error) {
+	if t.bufs == nil { // serving without Install (the fuzz tests)
+		return make([]byte, readBufSize), func() {}, nil
+	}
+	b, err := t.bufs.Alloc()
+	if err != nil {
+		return nil, nil, err // closed: the transport is being uninstalled
+	}
+	return b.Bytes()[:readBufSize], func() { _ = t.bufs.Free(b) }, nil
 }
 
 // Stats reports what the transport holds (connections, goroutines,
@@ -348,5 +373,16 @@ func (t *Transport) Stats() map[string]int64 {
 		"timeouts":           t.timeouts.Load(),
 		"protocol_errors":    t.protoErrs.Load(),
 		"rejected":           t.rejected.Load(),
+		"receive_buffers":    t.buffersInUse(),
 	}
+}
+
+func (t *Transport) buffersInUse() int64 {
+	t.mu.Lock()
+	b := t.bufs
+	t.mu.Unlock()
+	if b == nil {
+		return 0
+	}
+	return int64(b.Stats().InUse)
 }
