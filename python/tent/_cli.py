@@ -1,5 +1,5 @@
 """``python -m tent``: version, topology, demo, bench (and the peer process
-the demo and the benchmark start). ``tent-bench`` is ``python -m tent bench``.
+the demo starts). ``tent-bench`` is ``python -m tent bench`` (tent._bench).
 
 demo: two processes on this machine move data over each available
 transport (plus ``local``, inside one process), WRITE and READ, verify
@@ -272,75 +272,7 @@ def _demo_main(args: argparse.Namespace) -> int:
     return 1 if failures else 0
 
 
-# ---- benchmark ----------------------------------------------------------------------
-
-
-def _bench_main(args: argparse.Namespace) -> int:
-    """Throughput of batches of `batch` requests of `block` bytes, one
-    thread, for `duration` seconds, against a peer process (or this
-    process for the local transport)."""
-    block, batch = args.block_size, args.batch
-    span = block * batch
-    op = READ if args.op.lower() == "read" else WRITE
-    with eng.Engine(timeout=args.timeout) as engine:
-        transport = args.transport
-        if transport is None:
-            transport = next((t for t in engine.transports if t not in ("local", "cuda")), "local")
-        with engine.alloc(span) as local:
-            peer: Optional[Peer] = None
-            target = None
-            try:
-                if transport == "local":
-                    target = engine.alloc(span)
-                    seg, remote = engine.open_segment(engine.name), target.addr
-                else:
-                    peer = Peer(span, timeout=args.timeout)
-                    seg, remote = engine.open_segment(peer.name), peer.addr
-                with seg:
-                    reqs = requests_for(op, local.addr, seg, remote, span, block)
-                    run_batches(engine, reqs, transport, 3)  # warm up (connections, mappings)
-                    n = 0
-                    lat: List[float] = []
-                    t0 = time.perf_counter()
-                    while time.perf_counter() - t0 < args.duration:
-                        t1 = time.perf_counter()
-                        with engine.transfer(reqs, transport=transport) as b:
-                            b.wait()
-                        lat.append(time.perf_counter() - t1)
-                        n += 1
-                    secs = time.perf_counter() - t0
-            finally:
-                if target is not None:
-                    target.close()
-                if peer is not None:
-                    peer.close()
-    lat.sort()
-    result = {
-        "transport": transport, "op": args.op.upper(), "block_size": block, "batch": batch, "batches": n,
-        "seconds": secs, "bytes": n * span, "gbps": n * span / secs / 1e9,
-        "requests_per_s": n * batch / secs, "batch_p50_us": lat[len(lat) // 2] * 1e6,
-        "batch_p99_us": lat[min(len(lat) - 1, int(len(lat) * 0.99))] * 1e6,
-    }
-    if args.json:
-        print(json.dumps(result))
-    else:
-        print(f"tent-bench: {result['transport']} {result['op']}, {batch} x {human(block)} per batch, "
-              f"{n} batches in {secs:.2f} s: {result['gbps']:.3f} GB/s, {result['requests_per_s']:.0f} requests/s, "
-              f"batch p50 {result['batch_p50_us']:.0f} us, p99 {result['batch_p99_us']:.0f} us")
-    return 0
-
-
 # ---- entry points -----------------------------------------------------------------------
-
-
-def _bench_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--transport", help="local, shm, tcp (default: the first cross-process one)")
-    p.add_argument("--op", default="write", choices=["read", "write", "READ", "WRITE"])
-    p.add_argument("--block-size", type=parse_size, default=parse_size("64K"), help="bytes per request (64K)")
-    p.add_argument("--batch", type=int, default=128, help="requests per batch (128)")
-    p.add_argument("--duration", type=float, default=3.0, help="seconds to run (3)")
-    p.add_argument("--timeout", type=float, default=30.0, help="request deadline in seconds (30)")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -355,8 +287,11 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--transports", help="comma-separated (default: every available one but cuda)")
     d.add_argument("--timeout", type=float, default=30.0, help="request deadline in seconds (30)")
     d.add_argument("--json", action="store_true", help="print the rows as JSON")
-    b = sub.add_parser("bench", help="throughput of one transport (same as tent-bench)")
-    _bench_args(b)
+    from . import _bench
+
+    b = sub.add_parser("bench", help="throughput and latency sweeps with the machine's limits (same as tent-bench)",
+                       description=_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _bench.add_args(b)
     peer = sub.add_parser("peer", help=argparse.SUPPRESS)
     peer.add_argument("--size", type=int, required=True)
     peer.add_argument("--transports")
@@ -378,17 +313,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.command == "demo":
         return _demo_main(args)
     if args.command == "bench":
-        return _bench_main(args)
+        from . import _bench
+
+        return _bench.main(args)
     if args.command == "peer":
         return _peer_main(args)
     return 2  # pragma: no cover
 
 
 def bench_main(argv: Optional[Sequence[str]] = None) -> int:
-    """The tent-bench console script."""
-    p = argparse.ArgumentParser(prog="tent-bench", description=_bench_main.__doc__)
-    _bench_args(p)
-    return _bench_main(p.parse_args(argv))
+    """The tent-bench console script (tent._bench)."""
+    from . import _bench
+
+    return _bench.bench_main(argv)
 
 
 if __name__ == "__main__":  # pragma: no cover
