@@ -133,6 +133,11 @@ def run_engine(engine: str, run: int, args: argparse.Namespace, res: str) -> Dic
         out["crash"] = f"the initiator process was killed by {signal.Signals(-rc).name}"
     if engine.startswith("nixl"):
         out["ucx"] = ucx_choice(text)
+    if engine == "mooncake-tent":
+        classic = "transfer_engine_impl.cpp" in text and "tcp_transport.cpp" in text
+        out["backend_note"] = ("MC_USE_TENT=1 was set, but the log shows the classic engine's files "
+                               "(transfer_engine_impl.cpp, tcp_transport.cpp), as without it: this wheel's "
+                               "engine.so does not switch to TENT") if classic else "log does not show the classic engine"
     tail = [ln for ln in text.splitlines() if re.search(r"error|Error|ERROR|Traceback|Segmentation|Abort|fatal", ln)]
     out["error_lines"] = tail[-8:]
     return out
@@ -317,6 +322,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         n_points = sum(len(f["gbps"]) for (en, _, _), f in figures.items() if en == e)
         lines.append(f"- {e}: {crashes[e]} crashes, {len(problems.get(e, []))} problems, {n_points} points measured"
                      + (": " + "; ".join(problems[e][:6]) if problems.get(e) else ""))
+    notes = sorted({o["backend_note"] for o in runs if o.get("backend_note")})
+    for n in notes:
+        lines.append(f"- mooncake-tent: {n}")
     for e, u in ucx.items():
         lines.append(f"- {e}: UCX chose " + "; ".join(u[:6]))
     text = "\n".join(lines) + "\n"

@@ -872,16 +872,22 @@ def plot(points: List[Dict[str, Any]], limits: Dict[str, Any], path: str, title:
         if "series" not in r and (r["batch"] != 128 or r["threads"] != 1):
             key += f" b{r['batch']} t{r['threads']}"
         series.setdefault(key, []).append(r)
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(14, 5.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(15, 6))
+    # one colour per engine/transport, solid lines for WRITE, dashed for READ
+    bases = sorted({k.rsplit(" ", 1)[0] if k.split()[-1] in ("READ", "WRITE") else k for k in series})
+    cmap = plt.get_cmap("tab10" if len(bases) <= 10 else "tab20")
     for key, rs in sorted(series.items()):
         rs = sorted(rs, key=lambda r: r["block_size"])
         xs = [r["block_size"] for r in rs]
-        line = ax1.plot(xs, [r["gbps"] for r in rs], marker="o", label=key)[0]
-        ax2.plot(xs, [r["batch_us"]["p50"] for r in rs], marker="o", color=line.get_color(), label=f"{key} p50")
-        ax2.plot(xs, [r["batch_us"]["p99"] for r in rs], marker="x", linestyle=":", color=line.get_color())
+        last = key.split()[-1]
+        base = key.rsplit(" ", 1)[0] if last in ("READ", "WRITE") else key
+        style = dict(color=cmap(bases.index(base) % cmap.N), linestyle="--" if last == "READ" else "-",
+                     marker="s" if last == "READ" else "o", markersize=4)
+        ax1.plot(xs, [r["gbps"] for r in rs], label=key, **style)
+        ax2.plot(xs, [r["batch_us"]["p99"] for r in rs], label=key, **style)
     if limits.get("memcpy"):
         mc = sorted(limits["memcpy"].items())
-        ax1.plot([b for b, _ in mc], [g for _, g in mc], "k--", label="memcpy (1 thread)")
+        ax1.plot([b for b, _ in mc], [g for _, g in mc], "k:", linewidth=2, label="memcpy (1 thread)")
     vals = [v for v in limits.get("iperf3", []) if v]
     if vals:
         ax1.axhline(sum(vals) / len(vals), color="gray", linestyle="-.", label="iperf3 loopback (1 stream)")
@@ -889,12 +895,13 @@ def plot(points: List[Dict[str, Any]], limits: Dict[str, Any], path: str, title:
         ax.set_xscale("log", base=2)
         ax.set_xlabel("block size (bytes)")
         ax.grid(True, which="both", alpha=0.3)
-    ax1.set_ylabel("GB/s")
-    ax1.set_title(f"{title}: bandwidth")
+    ax1.set_yscale("log")
+    ax1.set_ylabel("GB/s (1e9 B/s), log scale")
+    ax1.set_title(f"{title}: bandwidth (WRITE solid, READ dashed)")
     ax2.set_yscale("log")
-    ax2.set_ylabel("batch latency (us): p50 solid, p99 dotted")
-    ax2.set_title(f"{title}: latency per batch")
-    ax1.legend(fontsize=7)
+    ax2.set_ylabel("batch latency p99 (us)")
+    ax2.set_title(f"{title}: p99 latency per batch")
+    ax1.legend(fontsize=7, ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
