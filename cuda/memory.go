@@ -156,54 +156,45 @@ func (s *Stream) Synchronize() error {
 // memory must be pinned or registered and stay valid until the copy is
 // done: never pass Go memory to an asynchronous copy.
 func (s *Stream) Memcpy(dst, src, n uint64) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.s == nil {
-		return errStreamDestroyed
-	}
-	if r := C.tent_cu_memcpy_async(s.d.api, s.ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.ulonglong(n), s.s); r != 0 {
-		return s.d.fail(r, "cuMemcpyAsync(%#x, %#x, %d)", dst, src, n)
-	}
-	return nil
+	return s.copyAsync("cuMemcpyAsync", dst, src, n, func(cs C.CUstream) C.CUresult {
+		return C.tent_cu_memcpy_async(s.d.api, s.ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.ulonglong(n), cs)
+	})
 }
 
 // MemcpyHtoD queues cuMemcpyHtoDAsync from host address src (pinned or
 // registered, not Go memory).
 func (s *Stream) MemcpyHtoD(dst uint64, src uintptr, n uint64) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.s == nil {
-		return errStreamDestroyed
-	}
-	if r := C.tent_cu_memcpy_htod_async(s.d.api, s.ctx, C.CUdeviceptr(dst), C.uintptr_t(src), C.ulonglong(n), s.s); r != 0 {
-		return s.d.fail(r, "cuMemcpyHtoDAsync(%#x, %#x, %d)", dst, src, n)
-	}
-	return nil
+	return s.copyAsync("cuMemcpyHtoDAsync", dst, uint64(src), n, func(cs C.CUstream) C.CUresult {
+		return C.tent_cu_memcpy_htod_async(s.d.api, s.ctx, C.CUdeviceptr(dst), C.uintptr_t(src), C.ulonglong(n), cs)
+	})
 }
 
 // MemcpyDtoH queues cuMemcpyDtoHAsync to host address dst (pinned or
 // registered, not Go memory).
 func (s *Stream) MemcpyDtoH(dst uintptr, src uint64, n uint64) error {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	if s.s == nil {
-		return errStreamDestroyed
-	}
-	if r := C.tent_cu_memcpy_dtoh_async(s.d.api, s.ctx, C.uintptr_t(dst), C.CUdeviceptr(src), C.ulonglong(n), s.s); r != 0 {
-		return s.d.fail(r, "cuMemcpyDtoHAsync(%#x, %#x, %d)", dst, src, n)
-	}
-	return nil
+	return s.copyAsync("cuMemcpyDtoHAsync", uint64(dst), src, n, func(cs C.CUstream) C.CUresult {
+		return C.tent_cu_memcpy_dtoh_async(s.d.api, s.ctx, C.uintptr_t(dst), C.CUdeviceptr(src), C.ulonglong(n), cs)
+	})
 }
 
 // MemcpyDtoD queues cuMemcpyDtoDAsync.
 func (s *Stream) MemcpyDtoD(dst, src, n uint64) error {
+	return s.copyAsync("cuMemcpyDtoDAsync", dst, src, n, func(cs C.CUstream) C.CUresult {
+		return C.tent_cu_memcpy_dtod_async(s.d.api, s.ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.ulonglong(n), cs)
+	})
+}
+
+// copyAsync is what the Memcpy methods share: it runs queue on the live
+// stream under the read lock (Destroy waits for it) and reports a failure
+// as call(dst, src, n). The operands are formatted only on failure.
+func (s *Stream) copyAsync(call string, dst, src, n uint64, queue func(C.CUstream) C.CUresult) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if s.s == nil {
 		return errStreamDestroyed
 	}
-	if r := C.tent_cu_memcpy_dtod_async(s.d.api, s.ctx, C.CUdeviceptr(dst), C.CUdeviceptr(src), C.ulonglong(n), s.s); r != 0 {
-		return s.d.fail(r, "cuMemcpyDtoDAsync(%#x, %#x, %d)", dst, src, n)
+	if r := queue(s.s); r != 0 {
+		return s.d.fail(r, "%s(%#x, %#x, %d)", call, dst, src, n)
 	}
 	return nil
 }
