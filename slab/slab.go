@@ -340,6 +340,13 @@ func (s *Slab) slotBytes(slot int) []byte {
 // again since) fails with status.InvalidArgument and changes nothing. After
 // Close it fails with an error wrapping status.ErrClosed.
 func (s *Slab) Free(b Block) error {
+	return s.freeSlot(func() (int, error) { return s.blockSlot(b) })
+}
+
+// freeSlot is what Free and FreePtr share: with the slab entered and s.mu
+// held, find returns the slot to free, which must be in use; a failure
+// (a closed slab, or find's error) counts in FailedFrees.
+func (s *Slab) freeSlot(find func() (int, error)) error {
 	if !s.enter() {
 		s.failedFrees.Add(1)
 		return s.errClosed("free")
@@ -347,22 +354,30 @@ func (s *Slab) Free(b Block) error {
 	defer s.leave()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	slot, err := s.slotOf(b)
+	slot, err := find()
 	if err != nil {
 		s.failedFrees.Add(1)
 		return err
 	}
-	st := s.state[slot]
-	if st != b.gen<<1|inUse {
-		s.failedFrees.Add(1)
+	s.release(slot, s.state[slot])
+	return nil
+}
+
+// blockSlot is the slot of b if b is allocated; otherwise why Free must
+// refuse it. Called with s.mu held.
+func (s *Slab) blockSlot(b Block) (int, error) {
+	slot, err := s.slotOf(b)
+	if err != nil {
+		return 0, err
+	}
+	if st := s.state[slot]; st != b.gen<<1|inUse {
 		if st&inUse == 0 && st>>1 == (b.gen+1)&genMask {
-			return status.Errorf(status.InvalidArgument, "slab %d: double free of block %d/%d", s.id, b.chunk, b.index)
+			return 0, status.Errorf(status.InvalidArgument, "slab %d: double free of block %d/%d", s.id, b.chunk, b.index)
 		}
-		return status.Errorf(status.InvalidArgument,
+		return 0, status.Errorf(status.InvalidArgument,
 			"slab %d: stale block %d/%d (generation %d; the block has been freed and reused since)", s.id, b.chunk, b.index, b.gen)
 	}
-	s.release(slot, st)
-	return nil
+	return slot, nil
 }
 
 // slotOf validates b's slab and indices. Called with s.mu held.
@@ -396,29 +411,24 @@ func (s *Slab) release(slot int, st uint32) {
 // free"). See the package documentation for what a raw pointer cannot
 // detect. After Close it fails with an error wrapping status.ErrClosed.
 func (s *Slab) FreePtr(p unsafe.Pointer) error {
-	if !s.enter() {
-		s.failedFrees.Add(1)
-		return s.errClosed("free")
-	}
-	defer s.leave()
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return s.freeSlot(func() (int, error) { return s.ptrSlot(p) })
+}
+
+// ptrSlot is the slot of the block at p if it is allocated; otherwise why
+// FreePtr must refuse it. Called with s.mu held.
+func (s *Slab) ptrSlot(p unsafe.Pointer) (int, error) {
 	slot, err := s.locate(p)
 	if err != nil {
-		s.failedFrees.Add(1)
-		return err
+		return 0, err
 	}
-	st := s.state[slot]
-	if st&inUse == 0 {
-		s.failedFrees.Add(1)
+	if st := s.state[slot]; st&inUse == 0 {
 		c, i := s.split(slot)
 		if st == 0 {
-			return status.Errorf(status.InvalidArgument, "slab %d: free of %p: block %d/%d was never allocated", s.id, p, c, i)
+			return 0, status.Errorf(status.InvalidArgument, "slab %d: free of %p: block %d/%d was never allocated", s.id, p, c, i)
 		}
-		return status.Errorf(status.InvalidArgument, "slab %d: double free of %p (block %d/%d)", s.id, p, c, i)
+		return 0, status.Errorf(status.InvalidArgument, "slab %d: double free of %p (block %d/%d)", s.id, p, c, i)
 	}
-	s.release(slot, st)
-	return nil
+	return slot, nil
 }
 
 // locate maps p to its slot. Called with s.mu held.
