@@ -105,6 +105,14 @@ func addRegionHandle(e *engine, r *core.Region) (C.uint64_t, error) {
 func tentgo_unregister(id C.uint64_t, rid C.uint64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("unregister")
+	return releaseRegion(id, rid, false, (*core.Engine).Unregister)
+}
+
+// releaseRegion is tent_unregister (allocated false) and tent_free
+// (allocated true): region rid of engine id must come from tent_register,
+// or from tent_alloc, respectively; release gives it back to the core and
+// then its handle is dropped.
+func releaseRegion(id, rid C.uint64_t, allocated bool, release func(*core.Engine, *core.Region) error) C.tent_status {
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -113,10 +121,13 @@ func tentgo_unregister(id C.uint64_t, rid C.uint64_t) (st C.tent_status) {
 	if err != nil {
 		return fail(err)
 	}
-	if r.r.Alloc != nil {
+	switch {
+	case allocated && r.r.Alloc == nil:
+		return fail(errRegistered)
+	case !allocated && r.r.Alloc != nil:
 		return fail(errAllocated)
 	}
-	if err := e.core.Unregister(r.r); err != nil {
+	if err := release(e.core, r.r); err != nil {
 		return fail(staleIfUnregistered(err))
 	}
 	_, _ = table.Remove(handles.Region, uint64(rid))
@@ -126,6 +137,9 @@ func tentgo_unregister(id C.uint64_t, rid C.uint64_t) (st C.tent_status) {
 // errAllocated: memory from tent_alloc must go back through tent_free, or
 // the allocation would outlive its registration unnoticed.
 var errAllocated = status.Errorf(status.InvalidArgument, "region was allocated by tent_alloc: release it with tent_free")
+
+// errRegistered: tent_free releases only what tent_alloc allocated.
+var errRegistered = status.Errorf(status.InvalidArgument, "region was registered, not allocated: release it with tent_unregister")
 
 // staleIfUnregistered: a handle whose region the core no longer knows was
 // unregistered by a concurrent call, so to the caller it is stale.

@@ -96,22 +96,7 @@ func tentgo_alloc(id C.uint64_t, size C.size_t, loc *C.char, flags C.uint32_t, a
 func tentgo_free(id C.uint64_t, rid C.uint64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("free")
-	e, err := lookupEngine(id)
-	if err != nil {
-		return fail(err)
-	}
-	r, err := lookupRegion(e, uint64(rid))
-	if err != nil {
-		return fail(err)
-	}
-	if r.r.Alloc == nil {
-		return fail(status.Errorf(status.InvalidArgument, "region was registered, not allocated: release it with tent_unregister"))
-	}
-	if err := e.core.Free(r.r); err != nil {
-		return fail(staleIfUnregistered(err))
-	}
-	_, _ = table.Remove(handles.Region, uint64(rid))
-	return ok()
+	return releaseRegion(id, rid, true, (*core.Engine).Free)
 }
 
 //export tentgo_segment_open
