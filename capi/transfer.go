@@ -42,17 +42,11 @@ type cRequest struct {
 // The mirror must match the C layout exactly.
 var _ = [1]struct{}{}[unsafe.Sizeof(cRequest{})-C.sizeof_tent_request]
 
+func (s *segment) owner() uint64 { return s.engine }
+
+// lookupSegment returns the segment behind id, which must belong to e.
 func lookupSegment(e *engine, id uint64) (*segment, error) {
-	v, err := table.Get(handles.Segment, id)
-	if err != nil {
-		return nil, err
-	}
-	s := v.(*segment)
-	if s.engine != e.id.Load() {
-		return nil, status.Errorf(status.InvalidHandle,
-			"segment handle %#x belongs to engine %#x, not to engine %#x", id, s.engine, e.id.Load())
-	}
-	return s, nil
+	return lookupChild[*segment](e, handles.Segment, id)
 }
 
 func lookupBatch(id C.uint64_t) (*batch, error) {

@@ -45,18 +45,31 @@ func lookupEngine(id C.uint64_t) (*engine, error) {
 	return v.(*engine), nil
 }
 
+// child is the value behind a handle that belongs to an engine.
+type child interface {
+	owner() uint64 // the id of the engine
+}
+
+func (r *region) owner() uint64 { return r.engine }
+
+// lookupChild returns the value of kind behind id, which must belong to e.
+func lookupChild[T child](e *engine, kind handles.Kind, id uint64) (T, error) {
+	var zero T
+	v, err := table.Get(kind, id)
+	if err != nil {
+		return zero, err
+	}
+	c := v.(T)
+	if c.owner() != e.id.Load() {
+		return zero, status.Errorf(status.InvalidHandle,
+			"%s handle %#x belongs to engine %#x, not to engine %#x", kind, id, c.owner(), e.id.Load())
+	}
+	return c, nil
+}
+
 // lookupRegion returns the region behind id, which must belong to e.
 func lookupRegion(e *engine, id uint64) (*region, error) {
-	v, err := table.Get(handles.Region, id)
-	if err != nil {
-		return nil, err
-	}
-	r := v.(*region)
-	if r.engine != e.id.Load() {
-		return nil, status.Errorf(status.InvalidHandle,
-			"region handle %#x belongs to engine %#x, not to engine %#x", id, r.engine, e.id.Load())
-	}
-	return r, nil
+	return lookupChild[*region](e, handles.Region, id)
 }
 
 // addChild adds a handle of kind whose parent is e, so that destroying e
