@@ -510,13 +510,19 @@ namespace detail {
 struct EngineDeleter {
   void operator()(tent_engine *e) const noexcept { (void)tent_engine_destroy(e); }
 };
+// RegionDeleter and FreeDeleter also name their C call (close, close_name)
+// for OwnedRegion's throwing release.
 struct RegionDeleter {
+  static constexpr const char *close_name = "tent_unregister";
+  static tent_status close(tent_engine *e, tent_region *r) noexcept { return tent_unregister(e, r); }
   tent_engine *engine = nullptr;
-  void operator()(tent_region *r) const noexcept { (void)tent_unregister(engine, r); }
+  void operator()(tent_region *r) const noexcept { (void)close(engine, r); }
 };
 struct FreeDeleter {
+  static constexpr const char *close_name = "tent_free";
+  static tent_status close(tent_engine *e, tent_region *r) noexcept { return tent_free(e, r); }
   tent_engine *engine = nullptr;
-  void operator()(tent_region *r) const noexcept { (void)tent_free(engine, r); }
+  void operator()(tent_region *r) const noexcept { (void)close(engine, r); }
 };
 struct SegmentDeleter {
   tent_engine *engine = nullptr;
@@ -526,20 +532,16 @@ struct BatchDeleter {
   void operator()(tent_batch *b) const noexcept { (void)tent_batch_destroy(b); }
 };
 
-}  // namespace detail
-
-class Engine;
-
-// ---- Region -----------------------------------------------------------------
-
-// One registered range of caller memory (tent_register); unregistered by
-// the destructor. The memory must outlive the Region.
-class [[nodiscard]] Region {
+// What Region and Allocation share: a tent_region handle owned with Deleter
+// (tent_unregister or tent_free) and the range of memory it covers. They
+// inherit it privately and publish its members with using-declarations.
+template <class Deleter>
+class OwnedRegion {
  public:
-  Region() noexcept = default;  // empty
-  Region(Region &&o) noexcept
+  OwnedRegion() noexcept = default;  // empty
+  OwnedRegion(OwnedRegion &&o) noexcept
       : h_(std::move(o.h_)), addr_(std::exchange(o.addr_, nullptr)), len_(std::exchange(o.len_, 0)) {}
-  Region &operator=(Region &&o) noexcept {  // unregisters what this held
+  OwnedRegion &operator=(OwnedRegion &&o) noexcept {  // releases what this held
     if (this != &o) {
       h_ = std::move(o.h_);
       addr_ = std::exchange(o.addr_, nullptr);
@@ -547,12 +549,7 @@ class [[nodiscard]] Region {
     }
     return *this;
   }
-  ~Region() = default;
-
-  // Takes ownership of a handle from tent_register on `engine`.
-  static Region adopt(tent_engine *engine, tent_region *region, void *addr, size_t len) noexcept {
-    return Region(engine, region, addr, len);
-  }
+  ~OwnedRegion() = default;
 
   void *addr() const noexcept { return addr_; }
   size_t size() const noexcept { return len_; }
@@ -565,41 +562,83 @@ class [[nodiscard]] Region {
     RegionInfo i;
     std::memset(&i, 0, sizeof i);
     i.size = sizeof i;
-    detail::check(tent_region_get_info(engine(), native(), &i), "tent_region_get_info");
+    check(tent_region_get_info(engine(), native(), &i), "tent_region_get_info");
     return i;
   }
 
-  // Gives up ownership: the handle stays registered; the caller releases
-  // it with tent_unregister.
+  // Gives up ownership: the handle stays registered (or allocated); the
+  // caller releases it with Deleter's C call.
   [[nodiscard]] tent_region *release() noexcept {
     addr_ = nullptr;
     len_ = 0;
     return h_.release();
   }
-  // Unregisters now, ignoring errors (the destructor does the same).
+  // Releases now, ignoring errors (the destructor does the same).
   void reset() noexcept {
     h_.reset();
     addr_ = nullptr;
     len_ = 0;
   }
-  // Unregisters now and throws on failure. On BusyError (transfers still
-  // use the region after the unregister timeout) the Region keeps it.
-  void unregister() {
+
+ protected:
+  OwnedRegion(tent_engine *e, tent_region *r, void *addr, size_t len) noexcept
+      : h_(r, Deleter{e}), addr_(addr), len_(len) {}
+
+  // Releases now with Deleter's C call and throws on failure; then (e.g.
+  // on BusyError) the owner keeps the handle.
+  void close() {
     if (!h_) {
       return;
     }
-    detail::check(tent_unregister(engine(), h_.get()), "tent_unregister");
+    check(Deleter::close(engine(), h_.get()), Deleter::close_name);
     (void)release();
   }
 
  private:
-  friend class Engine;
-  Region(tent_engine *e, tent_region *r, void *addr, size_t len) noexcept
-      : h_(r, detail::RegionDeleter{e}), addr_(addr), len_(len) {}
-
-  std::unique_ptr<tent_region, detail::RegionDeleter> h_;
+  std::unique_ptr<tent_region, Deleter> h_;
   void *addr_ = nullptr;
   size_t len_ = 0;
+};
+
+}  // namespace detail
+
+class Engine;
+
+// ---- Region -----------------------------------------------------------------
+
+// One registered range of caller memory (tent_register); unregistered by
+// the destructor. The memory must outlive the Region.
+class [[nodiscard]] Region : private detail::OwnedRegion<detail::RegionDeleter> {
+  using Base = detail::OwnedRegion<detail::RegionDeleter>;
+
+ public:
+  Region() noexcept = default;  // empty
+  // Moves leave the source empty; move-assignment unregisters what this held.
+
+  // Takes ownership of a handle from tent_register on `engine`.
+  static Region adopt(tent_engine *engine, tent_region *region, void *addr, size_t len) noexcept {
+    return Region(engine, region, addr, len);
+  }
+
+  using Base::addr;
+  using Base::size;
+  using Base::native;
+  using Base::engine;
+  using Base::operator bool;
+  using Base::info;  // asks the library what is registered (tent_region_get_info)
+
+  // release(): gives up ownership: the handle stays registered; the caller
+  // releases it with tent_unregister.
+  using Base::release;
+  // reset(): unregisters now, ignoring errors (the destructor does the same).
+  using Base::reset;
+  // Unregisters now and throws on failure. On BusyError (transfers still
+  // use the region after the unregister timeout) the Region keeps it.
+  void unregister() { close(); }
+
+ private:
+  friend class Engine;
+  Region(tent_engine *e, tent_region *r, void *addr, size_t len) noexcept : Base(e, r, addr, len) {}
 };
 
 // ---- RegionBatch ------------------------------------------------------------
@@ -686,67 +725,34 @@ class [[nodiscard]] RegionBatch {
 
 // Memory allocated and registered by the library (tent_alloc): host memory
 // same-host peers can map (shm), or GPU memory. Freed by the destructor.
-class [[nodiscard]] Allocation {
+class [[nodiscard]] Allocation : private detail::OwnedRegion<detail::FreeDeleter> {
+  using Base = detail::OwnedRegion<detail::FreeDeleter>;
+
  public:
   Allocation() noexcept = default;
-  Allocation(Allocation &&o) noexcept
-      : h_(std::move(o.h_)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
-  Allocation &operator=(Allocation &&o) noexcept {
-    if (this != &o) {
-      h_ = std::move(o.h_);
-      data_ = std::exchange(o.data_, nullptr);
-      size_ = std::exchange(o.size_, 0);
-    }
-    return *this;
-  }
-  ~Allocation() = default;
+  // Moves leave the source empty; move-assignment frees what this held.
 
-  void *data() const noexcept { return data_; }
+  void *data() const noexcept { return addr(); }
   template <class T>
   T *as() const noexcept {
-    return static_cast<T *>(data_);
+    return static_cast<T *>(addr());
   }
-  size_t size() const noexcept { return size_; }
-  tent_region *native() const noexcept { return h_.get(); }
-  tent_engine *engine() const noexcept { return h_.get_deleter().engine; }
-  explicit operator bool() const noexcept { return h_ != nullptr; }
+  using Base::size;
+  using Base::native;
+  using Base::engine;
+  using Base::operator bool;
+  using Base::info;
 
-  RegionInfo info() const {
-    RegionInfo i;
-    std::memset(&i, 0, sizeof i);
-    i.size = sizeof i;
-    detail::check(tent_region_get_info(engine(), native(), &i), "tent_region_get_info");
-    return i;
-  }
-
-  // Gives up ownership (the caller releases it with tent_free).
-  [[nodiscard]] tent_region *release() noexcept {
-    data_ = nullptr;
-    size_ = 0;
-    return h_.release();
-  }
-  void reset() noexcept {
-    h_.reset();
-    data_ = nullptr;
-    size_ = 0;
-  }
+  // release(): gives up ownership (the caller releases it with tent_free).
+  using Base::release;
+  // reset(): frees now, ignoring errors (the destructor does the same).
+  using Base::reset;
   // Frees now; throws on failure (BusyError: the Allocation keeps it).
-  void free() {
-    if (!h_) {
-      return;
-    }
-    detail::check(tent_free(engine(), h_.get()), "tent_free");
-    (void)release();
-  }
+  void free() { close(); }
 
  private:
   friend class Engine;
-  Allocation(tent_engine *e, tent_region *r, void *data, size_t size) noexcept
-      : h_(r, detail::FreeDeleter{e}), data_(data), size_(size) {}
-
-  std::unique_ptr<tent_region, detail::FreeDeleter> h_;
-  void *data_ = nullptr;
-  size_t size_ = 0;
+  Allocation(tent_engine *e, tent_region *r, void *data, size_t size) noexcept : Base(e, r, data, size) {}
 };
 
 // ---- Segment ----------------------------------------------------------------
