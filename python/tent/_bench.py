@@ -64,29 +64,13 @@ import time
 import zlib
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
+from ._units import human, parse_size
+
 PROTO = "tb1"
 MEM_KINDS = ("alloc", "register")
 TRANSPORTS = ("local", "shm", "tcp")
 
 # ---- sizes and lists ------------------------------------------------------------
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20,
-          "mib": 1 << 20, "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    t = text.strip().lower()
-    num = t.rstrip("kmgib")
-    unit = t[len(num):]
-    if unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}")
-    try:
-        value = int(float(num) * _UNITS[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return value
 
 
 def parse_sizes(text: str) -> List[int]:
@@ -129,14 +113,6 @@ def parse_ops(text: str) -> List[str]:
     if not out or any(o not in ("READ", "WRITE") for o in out):
         raise argparse.ArgumentTypeError(f"ops are read and/or write, not {text!r}")
     return out
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.4g} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def size_label(n: int) -> str:

@@ -24,35 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from . import _engine as eng
 from . import _lib
 from ._requests import READ, WRITE
-
-# ---- sizes ------------------------------------------------------------------
-
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
-          "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
-
-
-def parse_size(text: str) -> int:
-    t = text.strip().lower()
-    num = t.rstrip("kmgib")
-    unit = t[len(num):]
-    if unit not in _UNITS:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}")
-    try:
-        value = int(float(num) * _UNITS[unit])
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"bad size {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
-    return value
-
-
-def human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.4g} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
-
+from ._units import human, parse_size
 
 # ---- the peer process ---------------------------------------------------------
 
