@@ -419,16 +419,7 @@ func TestUninstallInFlight(t *testing.T) {
 			fds0 := fdCount(t)
 			base := live(f)
 
-			entered, release := make(chan struct{}, 1), make(chan struct{})
-			testHook = func(s string) {
-				if s == stage {
-					entered <- struct{}{}
-					<-release
-				}
-			}
-			b, err := e.Submit([]core.TransferRequest{read}, core.TransferOptions{Timeout: 10 * time.Second})
-			require.NoError(t, err)
-			<-entered
+			b, release := submitHeld(t, e, stage, read)
 			done := make(chan error, 1)
 			go func() { done <- e.Uninstall(Name) }()
 			eventually(t, "uninstall started", tr.down.Load)
@@ -437,7 +428,7 @@ func TestUninstallInFlight(t *testing.T) {
 				t.Fatalf("Uninstall returned (%v) while a copy was in flight", err)
 			case <-time.After(50 * time.Millisecond):
 			}
-			close(release)
+			release()
 			require.NoError(t, <-done)
 			code, err := b.Wait(-1)
 			if stage == "leased" {
@@ -472,21 +463,12 @@ func TestCloseInFlight(t *testing.T) {
 	seg := open(t, e, peer.Name)
 	lr, err := e.Alloc(size, "cuda:0", rw)
 	require.NoError(t, err)
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	testHook = func(s string) {
-		if s == "leased" {
-			entered <- struct{}{}
-			<-release
-		}
-	}
-	b, err := e.Submit([]core.TransferRequest{{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size}},
-		core.TransferOptions{Timeout: 10 * time.Second})
-	require.NoError(t, err)
-	<-entered
+	b, release := submitHeld(t, e, "leased",
+		core.TransferRequest{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size})
 	done := make(chan error, 1)
 	go func() { done <- e.Close() }()
 	eventually(t, "uninstall started", tr.down.Load)
-	close(release)
+	release()
 	require.NoError(t, <-done)
 	code, _ := b.Wait(-1)
 	require.Equal(t, status.Closed, code)
@@ -698,17 +680,8 @@ func TestCancelInFlight(t *testing.T) {
 	seg := open(t, e, peer.Name)
 	lr, err := e.Alloc(size, "cuda:0", rw)
 	require.NoError(t, err)
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	testHook = func(s string) {
-		if s == "leased" {
-			entered <- struct{}{}
-			<-release
-		}
-	}
-	b, err := e.Submit([]core.TransferRequest{{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size}},
-		core.TransferOptions{Timeout: 10 * time.Second})
-	require.NoError(t, err)
-	<-entered
+	b, release := submitHeld(t, e, "leased",
+		core.TransferRequest{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size})
 	canceled := make(chan bool, 1)
 	go func() { canceled <- b.Cancel() }()
 	eventually(t, "cancel reached the transport", func() bool {
@@ -721,7 +694,7 @@ func TestCancelInFlight(t *testing.T) {
 		}
 		return false
 	})
-	close(release)
+	release()
 	require.True(t, <-canceled)
 	code, _ := b.Wait(-1)
 	require.Equal(t, status.Canceled, code)
@@ -744,17 +717,8 @@ func TestTargetUninstallWaitsForLeases(t *testing.T) {
 	seg := open(t, e, peer.Name)
 	lr, err := e.Alloc(size, "cuda:0", rw)
 	require.NoError(t, err)
-	entered, release := make(chan struct{}, 1), make(chan struct{})
-	testHook = func(s string) {
-		if s == "queued" {
-			entered <- struct{}{}
-			<-release
-		}
-	}
-	b, err := e.Submit([]core.TransferRequest{{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size}},
-		core.TransferOptions{Timeout: 10 * time.Second})
-	require.NoError(t, err)
-	<-entered
+	b, release := submitHeld(t, e, "queued",
+		core.TransferRequest{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size})
 	took := make(chan string, 1)
 	go func() {
 		out, err := peer.Cmd("uninstall")
@@ -769,7 +733,7 @@ func TestTargetUninstallWaitsForLeases(t *testing.T) {
 		t.Fatalf("the target's uninstall returned (%s) while our lease was held", out)
 	default:
 	}
-	close(release)
+	release()
 	code, err := b.Wait(-1)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, peertest.Pattern(0, size), readDev(t, d, lr.Addr, size))

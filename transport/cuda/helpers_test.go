@@ -97,6 +97,24 @@ func transfer(t *testing.T, e *core.Engine, reqs ...core.TransferRequest) (statu
 	return code, werr, st
 }
 
+// submitHeld submits req as a batch of one and returns once the transport
+// has reached stage with it (testHook: "leased", "queued"); it stays
+// blocked there until release is called.
+func submitHeld(t *testing.T, e *core.Engine, stage string, req core.TransferRequest) (b *core.Batch, release func()) {
+	t.Helper()
+	entered, released := make(chan struct{}, 1), make(chan struct{})
+	testHook = func(s string) {
+		if s == stage {
+			entered <- struct{}{}
+			<-released
+		}
+	}
+	b, err := e.Submit([]core.TransferRequest{req}, core.TransferOptions{Timeout: 10 * time.Second})
+	require.NoError(t, err)
+	<-entered
+	return b, func() { close(released) }
+}
+
 func mustTransfer(t *testing.T, e *core.Engine, reqs ...core.TransferRequest) {
 	t.Helper()
 	code, err, st := transfer(t, e, reqs...)

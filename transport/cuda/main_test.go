@@ -49,13 +49,7 @@ func TestMain(m *testing.M) {
 	peertest.Commands["fds"] = func(_ *core.Engine, args []string) (string, error) {
 		n, err := countFDs()
 		if len(args) > 0 {
-			ents, _ := os.ReadDir("/proc/self/fd")
-			var links []string
-			for _, e := range ents {
-				l, _ := os.Readlink("/proc/self/fd/" + e.Name())
-				links = append(links, e.Name()+"->"+l)
-			}
-			return strings.Join(links, " "), nil
+			return strings.Join(fdLinks(), " "), nil
 		}
 		return strconv.Itoa(n), err
 	}
@@ -141,12 +135,7 @@ func childNoDriver() error {
 		return fmt.Errorf("engine: %w", err)
 	}
 	defer e.Close()
-	var tr *Transport
-	for _, x := range e.Transports() {
-		if c, ok := x.(*Transport); ok {
-			tr = c
-		}
-	}
+	tr := cudaOf(e)
 	if tr == nil {
 		return fmt.Errorf("cuda transport not installed")
 	}
@@ -194,6 +183,17 @@ func countFDs() (int, error) {
 	return len(ents) - 1, nil
 }
 
+// fdLinks lists this process's open file descriptors as "FD->target".
+func fdLinks() []string {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	var links []string
+	for _, e := range ents {
+		l, _ := os.Readlink("/proc/self/fd/" + e.Name())
+		links = append(links, e.Name()+"->"+l)
+	}
+	return links
+}
+
 func fdCount(t *testing.T) int {
 	t.Helper()
 	n, err := countFDs()
@@ -211,13 +211,7 @@ func waitFDs(t *testing.T, want int) {
 			return
 		}
 		if time.Now().After(deadline) {
-			ents, _ := os.ReadDir("/proc/self/fd")
-			var links []string
-			for _, e := range ents {
-				l, _ := os.Readlink("/proc/self/fd/" + e.Name())
-				links = append(links, e.Name()+"->"+l)
-			}
-			t.Fatalf("open fds: %d, want %d\n%s", n, want, strings.Join(links, "\n"))
+			t.Fatalf("open fds: %d, want %d\n%s", n, want, strings.Join(fdLinks(), "\n"))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
