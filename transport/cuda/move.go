@@ -141,6 +141,19 @@ type xfer struct {
 	err      error
 }
 
+// newXfer is the copy that serves request i, r, whose remote range starts
+// at address remote in this process: into local memory for a READ, out of
+// it for a WRITE.
+func newXfer(i int, r *core.Request, remote uint64, dev int) *xfer {
+	x := &xfer{i: i, n: r.Len, dev: dev}
+	if r.Op == core.OpRead {
+		x.dst, x.src = r.Local, remote
+	} else {
+		x.dst, x.src = remote, r.Local
+	}
+	return x
+}
+
 // copyAll queues the copies on the streams of their devices and waits for
 // them. A copy not queued because the transport is going away fails with
 // core.ErrUninstalled; the queued ones are always waited for.
@@ -211,12 +224,7 @@ func (j *job) local(target *core.Engine, idx []int) {
 			j.finish(i, 0, err)
 			continue
 		}
-		x := &xfer{i: i, n: r.Len, dev: t.copyDevice(r.LocalRegion.Loc, region.Loc, "")}
-		if r.Op == core.OpRead {
-			x.dst, x.src = r.Local, r.Remote
-		} else {
-			x.dst, x.src = r.Remote, r.Local
-		}
+		x := newXfer(i, r, r.Remote, t.copyDevice(r.LocalRegion.Loc, region.Loc, ""))
 		hs = append(hs, held{x, region})
 		xs = append(xs, x)
 	}
@@ -401,12 +409,7 @@ func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 			continue
 		}
 		remote := ptr + (r.Remote - ent.base)
-		x := &xfer{i: i, n: r.Len, dev: dev}
-		if r.Op == core.OpRead {
-			x.dst, x.src = r.Local, remote
-		} else {
-			x.dst, x.src = remote, r.Local
-		}
+		x := newXfer(i, r, remote, dev)
 		xs = append(xs, x)
 	}
 	if len(xs) == 0 {
