@@ -362,7 +362,9 @@ func tentgo_transfer_sync(id C.uint64_t, requests *C.tent_request, n C.size_t, o
 			return fail(err)
 		}
 	}
-	if rerr := release(e, b); rerr != nil && code == status.OK {
+	// A transport still holding the requests past their deadline matters
+	// more than the deadline itself: the caller must not free the buffers.
+	if rerr := release(e, b); rerr != nil {
 		return fail(rerr)
 	}
 	return outcome(code, werr)

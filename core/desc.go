@@ -47,21 +47,35 @@ func (e *Engine) descriptor() ([]byte, *wire.SegmentDesc, error) {
 		Generation:  gen,
 		Endpoints:   []wire.Endpoint{{Transport: "ctl", Addr: e.srv.addr()}},
 	}
-	ts := e.Transports()
-	for _, t := range ts {
-		if ep, ok := t.(Endpointer); ok {
-			d.Endpoints = append(d.Endpoints, ep.Endpoints()...)
+	regions := e.Regions()
+	// Transports are asked inside their gates (not while uninstalling) and
+	// with panics caught, like every other call into a transport.
+	e.mu.Lock()
+	ts := e.transports
+	e.mu.Unlock()
+	attach := make([][]wire.Attachment, len(regions))
+	for _, in := range ts {
+		if !in.gate.enter() {
+			continue
 		}
+		_ = safeCall(in.t.Name()+" descriptor", func() error {
+			if ep, ok := in.t.(Endpointer); ok {
+				d.Endpoints = append(d.Endpoints, ep.Endpoints()...)
+			}
+			if at, ok := in.t.(Attacher); ok {
+				for i, r := range regions {
+					attach[i] = append(attach[i], at.Attachments(r)...)
+				}
+			}
+			return nil
+		})
+		in.gate.exit()
 	}
-	for _, r := range e.Regions() {
-		rd := wire.RegionDesc{Addr: r.Addr, Len: r.Len, Perm: wire.Perm(r.Perm), Location: r.Loc.String()}
+	for i, r := range regions {
+		rd := wire.RegionDesc{Addr: r.Addr, Len: r.Len, Perm: wire.Perm(r.Perm), Location: r.Loc.String(),
+			Attachments: attach[i]}
 		if r.Alloc != nil {
 			rd.AllocID = r.Alloc.ID
-		}
-		for _, t := range ts {
-			if at, ok := t.(Attacher); ok {
-				rd.Attachments = append(rd.Attachments, at.Attachments(r)...)
-			}
 		}
 		d.Regions = append(d.Regions, rd)
 	}

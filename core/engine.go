@@ -90,6 +90,8 @@ type Engine struct {
 	subscribers map[chan struct{}]struct{}
 	allocs      map[*Allocation]struct{}
 	nextAlloc   uint64
+	installing  map[string]bool // names reserved by Installs in progress
+	draining    sync.WaitGroup  // Uninstalls still tearing transports down
 
 	descMu    sync.Mutex
 	descGen   uint64
@@ -111,6 +113,7 @@ func New(o Options) (*Engine, error) {
 		notes: newNotifyQueue(), peers: map[string]*Peer{}, segments: map[*Segment]struct{}{},
 		batches: map[*Batch]struct{}{}, links: map[*link]struct{}{},
 		subscribers: map[chan struct{}]struct{}{}, allocs: map[*Allocation]struct{}{},
+		installing: map[string]bool{},
 	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
@@ -196,30 +199,43 @@ func (e *Engine) Options() Options { return e.opts }
 // Install adds a transport to a running engine. Memory registered before is
 // not offered to it; install transports before registering.
 func (e *Engine) Install(t Transport) error {
+	name := t.Name()
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return status.Errorf(status.Closed, "engine is closed")
 	}
+	// The name is reserved under the lock before the transport is called, so
+	// two concurrent Installs of one name cannot both pass the check.
+	taken := e.installing[name]
 	for _, in := range e.transports {
-		if in.t.Name() == t.Name() {
-			e.mu.Unlock()
-			return status.Errorf(status.InvalidArgument, "transport %q already installed", t.Name())
-		}
+		taken = taken || in.t.Name() == name
 	}
+	if taken {
+		e.mu.Unlock()
+		return status.Errorf(status.InvalidArgument, "transport %q already installed", name)
+	}
+	e.installing[name] = true
 	e.mu.Unlock()
-	if err := safeCall(t.Name()+" install", func() error { return t.Install(e) }); err != nil {
-		return err
-	}
+
+	err := safeCall(name+" install", func() error { return t.Install(e) })
 	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		_ = safeCall(t.Name()+" uninstall", t.Uninstall)
+	delete(e.installing, name)
+	if err == nil && e.closed {
+		e.mu.Unlock()
+		_ = safeCall(name+" uninstall", t.Uninstall) // never under e.mu: it may wait for users of it
 		return status.Errorf(status.Closed, "engine closed during install")
 	}
-	e.transports = append(e.transports, &installed{t: t})
-	e.refreshMovers()
-	return nil
+	if err == nil {
+		e.transports = append(e.transports, &installed{t: t})
+		e.refreshMovers()
+		e.generation++ // the descriptor lists a new endpoint
+	}
+	e.mu.Unlock()
+	if err == nil {
+		e.notifyChange()
+	}
+	return err
 }
 
 // refreshMovers rebuilds the list the transfer path reads without the
@@ -264,12 +280,18 @@ func (e *Engine) Uninstall(name string) error {
 			kept = append(kept, in)
 		}
 	}
-	e.transports = kept
-	e.refreshMovers()
-	e.mu.Unlock()
 	if name != "" && len(victims) == 0 {
+		e.mu.Unlock()
 		return status.Errorf(status.NotFound, "transport %q is not installed", name)
 	}
+	e.transports = kept
+	e.refreshMovers()
+	e.generation++ // the descriptor no longer lists it
+	// Close waits for this teardown too: it may still hold memory.
+	e.draining.Add(1)
+	e.mu.Unlock()
+	defer e.draining.Done()
+	e.notifyChange()
 	return uninstall(victims)
 }
 
@@ -296,9 +318,14 @@ func (e *Engine) uninstallAll() {
 	_ = uninstall(victims)
 }
 
-// Close fails transfers in flight with ErrClosed, uninstalls every
-// transport, drops every region, segment and connection, and frees
-// allocations. Closing twice returns ErrClosed.
+// Close uninstalls every transport (which completes the requests they
+// hold, with ErrClosed), fails requests never handed to a transport, waits
+// (up to Options.UnregisterTimeout) until no transfer of this or another
+// engine uses this engine's memory, then drops every region, segment and
+// connection and frees allocations. An allocation still in use at that
+// point is left mapped, and Close reports ErrBusy: unmapping it under a
+// running copy could corrupt whatever the address is reused for. Closing
+// twice returns ErrClosed.
 func (e *Engine) Close() error {
 	e.mu.Lock()
 	if e.closed {
@@ -313,28 +340,49 @@ func (e *Engine) Close() error {
 	for b := range e.batches {
 		batches = append(batches, b)
 	}
+	regions := make([]*Region, 0, len(e.regions))
+	for r := range e.regions {
+		r.closing.Store(true) // no new transfer may start on it
+		regions = append(regions, r)
+	}
 	e.mu.Unlock()
 
 	unregisterLocal(e)
 	if e.dir != nil {
 		_ = e.dir.Close()
 	}
+	// Movers first: a batch becomes final only once they let go of it.
+	err := uninstall(victims)
+	e.draining.Wait()
 	for _, b := range batches {
 		b.expire(status.Closed, "engine destroyed while the batch was in flight")
 	}
-	err := uninstall(victims) // movers complete what they hold
 	e.srv.close()
 	e.notes.close()
+
+	// Peers (another engine of this process, a tcp handler) may still be
+	// copying into or out of this engine's regions.
+	busy := map[*Region]bool{}
+	deadline := time.Now().Add(e.opts.UnregisterTimeout)
+	for _, r := range regions {
+		for r.users.Load() > 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if r.users.Load() > 0 {
+			busy[r] = true
+		}
+	}
 
 	e.mu.Lock()
 	links := make([]*link, 0, len(e.links))
 	for l := range e.links {
 		links = append(links, l)
 	}
-	for r := range e.regions {
-		r.closing.Store(true)
-		e.index.remove(r.span)
-		delete(e.regions, r)
+	for _, r := range regions {
+		if _, ok := e.regions[r]; ok {
+			e.index.remove(r.span)
+			delete(e.regions, r)
+		}
 	}
 	allocs := e.allocs
 	e.allocs = map[*Allocation]struct{}{}
@@ -345,12 +393,29 @@ func (e *Engine) Close() error {
 		l.close()
 	}
 	for a := range allocs {
+		if inUse(busy, a) {
+			continue
+		}
 		if ferr := a.release(); ferr != nil && err == nil {
 			err = ferr
 		}
 	}
 	e.linkWG.Wait()
+	if len(busy) > 0 && err == nil {
+		err = status.Errorf(status.Busy,
+			"engine closed, but %d region(s) were still used by transfers after %v; their allocations stay mapped",
+			len(busy), e.opts.UnregisterTimeout)
+	}
 	return err
+}
+
+func inUse(busy map[*Region]bool, a *Allocation) bool {
+	for r := range busy {
+		if r.Alloc == a {
+			return true
+		}
+	}
+	return false
 }
 
 // Closed reports whether Close has been called.

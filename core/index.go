@@ -144,6 +144,10 @@ func (ix *index) commit(spans []*span, regions []*Region) {
 
 // remove deletes a committed span.
 func (ix *index) remove(s *span) {
+	// The tree compares starts only: make sure it holds this very span.
+	if got, ok := ix.tree.Get(s); !ok || got != s {
+		return // already removed: counters stay right
+	}
 	ix.tree.Delete(s)
 	ix.committed--
 	ix.bytes -= s.end - s.start

@@ -31,7 +31,8 @@ type server struct {
 	e        *Engine
 	ln       net.Listener
 	mu       sync.Mutex
-	handlers map[uint8]ConnHandler
+	handlers map[uint8]handlerEntry
+	nextH    uint64
 	conns    map[net.Conn]struct{}
 	closed   bool
 	wg       sync.WaitGroup
@@ -42,15 +43,33 @@ func newServer(e *Engine, addr string) (*server, error) {
 	if err != nil {
 		return nil, status.Errorf(status.TransportError, "listen on %s: %w", addr, err)
 	}
-	return &server{e: e, ln: ln, handlers: map[uint8]ConnHandler{}, conns: map[net.Conn]struct{}{}}, nil
+	return &server{e: e, ln: ln, handlers: map[uint8]handlerEntry{}, conns: map[net.Conn]struct{}{}}, nil
 }
 
 func (s *server) addr() string { return s.ln.Addr().String() }
 
-func (s *server) handle(kind uint8, h ConnHandler) {
+// handlerEntry is a registered handler; id tells registrations of one kind
+// apart, so only its owner can remove it.
+type handlerEntry struct {
+	id uint64
+	h  ConnHandler
+}
+
+// handle makes h serve kind and returns the function that removes exactly
+// this registration (a later registration of the same kind stays).
+func (s *server) handle(kind uint8, h ConnHandler) (remove func()) {
 	s.mu.Lock()
-	s.handlers[kind] = h
+	s.nextH++
+	id := s.nextH
+	s.handlers[kind] = handlerEntry{id: id, h: h}
 	s.mu.Unlock()
+	return func() {
+		s.mu.Lock()
+		if s.handlers[kind].id == id {
+			delete(s.handlers, kind)
+		}
+		s.mu.Unlock()
+	}
 }
 
 func (s *server) start() {
@@ -99,7 +118,7 @@ func (s *server) serve(c net.Conn) {
 		return
 	}
 	s.mu.Lock()
-	h := s.handlers[kind]
+	h := s.handlers[kind].h
 	s.mu.Unlock()
 	if h == nil {
 		return
@@ -133,9 +152,10 @@ func (s *server) connCount() int {
 }
 
 // HandleConn makes the engine's listener pass connections of kind to h.
-// Transports call it from Install.
-func (e *Engine) HandleConn(kind uint8, h ConnHandler) {
-	e.srv.handle(kind, h)
+// Transports call it from Install and call the returned remove from
+// Uninstall; remove leaves alone a handler registered for the kind since.
+func (e *Engine) HandleConn(kind uint8, h ConnHandler) (remove func()) {
+	return e.srv.handle(kind, h)
 }
 
 // ListenAddr is the engine listener's address ("host:port").

@@ -17,6 +17,7 @@ import (
 type Peer struct {
 	e    *Engine
 	name string
+	refs int // open segments and opens in progress; guarded by e.mu
 
 	mu         sync.Mutex
 	desc       *wire.SegmentDesc
@@ -49,10 +50,26 @@ func (p *Peer) Desc() *wire.SegmentDesc {
 	return p.desc
 }
 
-func (p *Peer) fresh() bool {
+// cached returns a descriptor usable without any network round trip: a
+// live in-process peer's own, or an up-to-date cached one; else nil.
+func (p *Peer) cached() *wire.SegmentDesc {
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.local != nil || (p.desc != nil && !p.stale)
+	local, d, stale := p.local, p.desc, p.stale
+	p.mu.Unlock()
+	if local != nil {
+		if local.Closed() {
+			return nil
+		}
+		ld, err := local.Descriptor()
+		if err != nil {
+			return nil
+		}
+		return ld
+	}
+	if d == nil || stale {
+		return nil
+	}
+	return d
 }
 
 // invalidate marks the cached descriptor stale; the next transfer
@@ -182,7 +199,11 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 		if err != nil {
 			return nil, err
 		}
-		if local := lookupIncarnation(d.Incarnation); local != nil {
+		// An incarnation alone proves nothing (anyone who saw a descriptor
+		// can repeat it): the local engine must also own this name in the
+		// same directory, which the directory grants to one engine only.
+		if local := lookupIncarnation(d.Incarnation); local != nil && local.name == p.name &&
+			local.opts.Metadata == e.opts.Metadata && local.opts.MetadataPrefix == e.opts.MetadataPrefix {
 			if err := e.sameSecret(local); err != nil {
 				return nil, err
 			}
@@ -218,11 +239,10 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 		l.fail(err)
 		return nil, status.Errorf(status.CodeOf(err), "segment %q sent a bad descriptor: %w", p.name, err)
 	}
-	if local := lookupIncarnation(d.Incarnation); local != nil && e.sameSecret(local) == nil {
-		p.mu.Lock()
-		p.local = local
-		p.mu.Unlock()
-	}
+	// A descriptor that came over the network never makes the peer "local",
+	// whatever incarnation it claims: a remote engine could repeat another
+	// in-process engine's and have transfers copied into that one's memory.
+	// In-process peers are found by address (above) only.
 	return d, nil
 }
 
@@ -299,18 +319,43 @@ func (e *Engine) OpenSegment(name string) (*Segment, error) {
 		p = &Peer{e: e, name: name}
 		e.peers[name] = p
 	}
+	p.refs++
 	e.mu.Unlock()
 	if _, err := p.descriptor(false, time.Now().Add(e.opts.DefaultTimeout)); err != nil {
+		e.dropPeerRef(p)
 		return nil, err
 	}
 	s := &Segment{peer: p}
 	e.mu.Lock()
-	defer e.mu.Unlock()
 	if e.closed {
+		e.mu.Unlock()
 		return nil, status.Errorf(status.Closed, "engine closed while opening %q", name)
 	}
 	e.segments[s] = struct{}{}
+	e.mu.Unlock()
 	return s, nil
+}
+
+// dropPeerRef forgets a peer nobody has open any more, and closes its
+// control link, so names tried once or used for a while do not pile up.
+// Batches still in flight keep their *Peer; they only lose the cache.
+func (e *Engine) dropPeerRef(p *Peer) {
+	e.mu.Lock()
+	p.refs--
+	gone := p.refs == 0 && e.peers[p.name] == p
+	if gone {
+		delete(e.peers, p.name)
+	}
+	e.mu.Unlock()
+	if gone {
+		p.mu.Lock()
+		l := p.link
+		p.link = nil
+		p.mu.Unlock()
+		if l != nil {
+			l.close()
+		}
+	}
 }
 
 // CloseSegment releases a segment handle; submitted transfers continue.
@@ -324,6 +369,7 @@ func (e *Engine) CloseSegment(s *Segment) error {
 	e.mu.Lock()
 	delete(e.segments, s)
 	e.mu.Unlock()
+	e.dropPeerRef(s.peer)
 	return nil
 }
 

@@ -2,6 +2,7 @@ package core
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -36,6 +37,9 @@ type Region struct {
 
 	engine *Engine
 	span   *span
+	// via lists the transports that accepted the registration; only they
+	// are told to unregister it.
+	via []*installed
 
 	users   atomic.Int64 // transfers using the region right now
 	closing atomic.Bool  // set by unregister; new users are refused
@@ -58,7 +62,10 @@ func (r *Region) Contains(addr, n uint64) bool {
 func (r *Region) release() {
 	if r.users.Add(-1) == 0 && r.closing.Load() {
 		r.mu.Lock()
-		if r.drained != nil {
+		// Check users again under the lock: between our decrement and here an
+		// unregister may have given up, a new user acquired the region, and a
+		// second unregister started waiting; its channel is not ours to close.
+		if r.drained != nil && r.users.Load() == 0 {
 			close(r.drained)
 			r.drained = nil
 		}
@@ -218,6 +225,7 @@ func (e *Engine) registerBatch(descs []RegionDesc, perm Perm, alloc *Allocation)
 	}
 	e.index.commit(spans, regions)
 	for _, r := range regions {
+		r.via = done
 		e.regions[r] = struct{}{}
 	}
 	e.generation++
@@ -268,9 +276,13 @@ func (e *Engine) UnregisterBatch(regions []*Region) error {
 	deadline := time.Now().Add(e.opts.UnregisterTimeout)
 	for _, r := range regions {
 		if !r.waitIdle(deadline) {
-			for _, r := range regions {
-				r.closing.Store(false)
+			e.mu.Lock()
+			if !e.closed { // a closing engine keeps them closed
+				for _, r := range regions {
+					r.closing.Store(false)
+				}
 			}
+			e.mu.Unlock()
 			return status.Errorf(status.Busy,
 				"region [%#x, %#x) is still used by transfers after %v", r.Addr, r.End(), e.opts.UnregisterTimeout)
 		}
@@ -279,25 +291,53 @@ func (e *Engine) UnregisterBatch(regions []*Region) error {
 	return nil
 }
 
-// dropRegions tells the transports and removes the regions from the index.
-// The regions must be closing and idle.
+// dropRegions tells the transports that registered the regions and removes
+// them from the index. The regions must be closing and idle. Regions that a
+// concurrent Close already dropped are skipped.
 func (e *Engine) dropRegions(regions []*Region) {
 	e.mu.Lock()
-	transports := e.transports
+	live := regions[:0:0]
+	for _, r := range regions {
+		if _, ok := e.regions[r]; ok {
+			live = append(live, r)
+		}
+	}
 	e.mu.Unlock()
-	for i := len(transports) - 1; i >= 0; i-- {
-		t := transports[i]
+	if len(live) == 0 {
+		return
+	}
+	// Each region is unregistered from the transports that registered it,
+	// in reverse order. Uninstalled ones have a closed gate and are skipped:
+	// their teardown released everything.
+	var order []*installed
+	for _, r := range live {
+		for _, t := range r.via {
+			if !slices.Contains(order, t) {
+				order = append(order, t)
+			}
+		}
+	}
+	for i := len(order) - 1; i >= 0; i-- {
+		t := order[i]
+		var mine []*Region
+		for _, r := range live {
+			if slices.Contains(r.via, t) {
+				mine = append(mine, r)
+			}
+		}
 		if t.gate.enter() {
 			// An unregister failure cannot be undone; the transport reports
 			// it in its stats, and the memory is gone from the index anyway.
-			_ = safeCall(t.t.Name()+" unregister", func() error { return t.t.UnregisterMemory(regions) })
+			_ = safeCall(t.t.Name()+" unregister", func() error { return t.t.UnregisterMemory(mine) })
 			t.gate.exit()
 		}
 	}
 	e.mu.Lock()
-	for _, r := range regions {
-		e.index.remove(r.span)
-		delete(e.regions, r)
+	for _, r := range live {
+		if _, ok := e.regions[r]; ok {
+			e.index.remove(r.span)
+			delete(e.regions, r)
+		}
 	}
 	e.generation++
 	e.mu.Unlock()
@@ -339,7 +379,11 @@ func (e *Engine) Acquire(addr, n uint64, access Access) (*Region, error) {
 			"region [%#x, %#x) does not permit remote %s", r.Addr, r.End(), accessVerb(access))
 	}
 	if r.closing.Load() {
+		closed := e.closed
 		e.mu.Unlock()
+		if closed {
+			return nil, status.Errorf(status.Closed, "engine is closed")
+		}
 		return nil, status.Errorf(status.NotRegistered, "region [%#x, %#x) is being unregistered", r.Addr, r.End())
 	}
 	r.users.Add(1)

@@ -1,6 +1,7 @@
 package core
 
 import (
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -86,7 +87,8 @@ type Request struct {
 	batch    *Batch
 	index    int
 	mover    atomic.Pointer[installed]
-	attempts int
+	attempts atomic.Int32
+	pinned   bool // the caller named the transport: no retry elsewhere
 
 	status    atomic.Int32
 	transport atomic.Uint32
@@ -100,31 +102,50 @@ func (r *Request) Index() int { return r.index }
 
 // Done reports the outcome of the request's current attempt: n bytes moved
 // and err (nil on success). A transport failure is retried once on the next
-// eligible transport.
+// eligible transport, unless the caller named the transport. A second Done
+// for one attempt is ignored (and counted): it is a transport bug, and
+// panicking here would take the host process down.
 func (r *Request) Done(n uint64, err error) {
-	if err != nil && r.attempts == 1 && status.CodeOf(err) == status.TransportError &&
+	err = sanitize(err)
+	if err != nil && !r.pinned && r.attempts.Load() == 1 && status.CodeOf(err) == status.TransportError &&
 		r.status.Load() == int32(status.Pending) {
 		if next := r.batch.e.nextMover(r); next != nil {
-			r.attempts++
+			r.attempts.Add(1)
 			r.flags.Or(FlagRetried)
 			r.batch.e.dispatch(next, []*Request{r})
 			return
 		}
 	}
-	r.bytes.Store(n)
 	if r.settled.Swap(true) {
-		panic("tent: request completed twice")
+		duplicateDone.Add(1)
+		return
 	}
-	if err != nil {
-		r.batch.setError(r.index, err)
-	}
+	r.bytes.Store(n)
 	// Let go of the memory before the caller can see the request finished:
 	// a caller that frees its buffer on completion must never race a
 	// transport still holding it.
 	b := r.batch
 	r.LocalRegion.release()
 	b.settle()
-	b.finish(r, status.CodeOf(err))
+	b.finish(r, status.CodeOf(err), err)
+}
+
+// duplicateDone counts completions reported twice (transport bugs).
+var duplicateDone atomic.Int64
+
+// sanitize makes sure a failure reads as a failure: an error without a
+// code is the transport's (retryable, as safeCall treats it), and one that
+// claims OK or Pending is a bug reported as internal.
+func sanitize(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case !status.HasCode(err):
+		return status.Errorf(status.TransportError, "%w", err)
+	case status.CodeOf(err) >= 0:
+		return status.Errorf(status.Internal, "transport completed a request with a non-error code: %w", err)
+	}
+	return err
 }
 
 // Batch is a set of requests submitted together.
@@ -222,7 +243,7 @@ func (b *Batch) setError(i int, err error) {
 // (negative: the batch deadline plus a grace period).
 func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
 	if timeout < 0 {
-		timeout = time.Until(b.deadline) + time.Second
+		timeout = addGrace(time.Until(b.deadline), time.Second)
 	}
 	if timeout > 0 {
 		t := time.NewTimer(timeout)
@@ -239,9 +260,13 @@ func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
 	return c, err
 }
 
-// finish gives r its final visible status, once.
-func (b *Batch) finish(r *Request, code status.Code) {
+// finish gives r its final visible status and error, once: whoever wins
+// the status also records the message, so the two always agree.
+func (b *Batch) finish(r *Request, code status.Code, err error) {
 	if r.status.CompareAndSwap(int32(status.Pending), int32(code)) {
+		if err != nil {
+			b.setError(r.index, err)
+		}
 		if b.pending.Add(-1) == 0 {
 			b.allFinal()
 		}
@@ -287,8 +312,7 @@ func (b *Batch) expire(code status.Code, why string) {
 	for i := range b.reqs {
 		r := &b.reqs[i]
 		if status.Code(r.status.Load()) == status.Pending {
-			b.setError(i, status.Errorf(code, "%s", why))
-			b.finish(r, code)
+			b.finish(r, code, status.Errorf(code, "%s", why))
 		}
 	}
 }
@@ -300,7 +324,7 @@ func (b *Batch) expire(code status.Code, why string) {
 func (b *Batch) Cancel() bool {
 	b.expire(status.Canceled, "batch destroyed while in flight")
 	b.e.cancelMovers(b)
-	t := time.NewTimer(time.Until(b.deadline) + 2*time.Second)
+	t := time.NewTimer(addGrace(time.Until(b.deadline), 2*time.Second))
 	defer t.Stop()
 	select {
 	case <-b.settledCh:
@@ -308,6 +332,15 @@ func (b *Batch) Cancel() bool {
 	case <-t.C:
 		return false
 	}
+}
+
+// addGrace adds a grace period to d without overflowing: a deadline far in
+// the future (a huge timeout) must still mean "wait", never "give up now".
+func addGrace(d, grace time.Duration) time.Duration {
+	if d > math.MaxInt64-grace {
+		return math.MaxInt64
+	}
+	return d + grace
 }
 
 // Settled is closed when no mover holds any request of the batch.

@@ -55,6 +55,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		// bulk write barrier over every pointer in it.
 		r.Op, r.Local, r.Remote, r.Len = tr.Op, tr.Local, tr.Remote, tr.Len
 		r.Peer, r.LocalRegion, r.Deadline, r.batch, r.index = tr.Segment.peer, local, b.deadline, b, i
+		r.pinned = hint != nil
 		r.status.Store(int32(status.Pending))
 	}
 	b.pending.Store(int64(len(reqs)))
@@ -89,8 +90,10 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	}
 	for _, p := range order {
 		rs := groups[p]
-		if p.fresh() {
-			e.route(p, rs, hint, false)
+		// Never a network round trip on the caller's thread: without a
+		// usable cached descriptor, routing continues on a goroutine.
+		if d := p.cached(); d != nil {
+			e.routeWith(p, rs, hint, d, false)
 		} else {
 			go e.route(p, rs, hint, true)
 		}
@@ -132,11 +135,16 @@ func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
 	desc, err := p.descriptor(refresh, rs[0].Deadline)
 	if err != nil {
 		for _, r := range rs {
-			r.attempts = 1
+			r.attempts.Store(1)
 			r.Done(0, err)
 		}
 		return
 	}
+	e.routeWith(p, rs, hint, desc, refresh)
+}
+
+// routeWith routes with a descriptor in hand.
+func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.SegmentDesc, refresh bool) {
 	byMover := map[*installed][]*Request{}
 	var order []*installed
 	var retry []*Request
@@ -148,7 +156,7 @@ func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
 				retry = append(retry, r) // maybe registered since we cached it
 				continue
 			}
-			r.attempts = 1
+			r.attempts.Store(1)
 			r.Done(0, err)
 			continue
 		}
@@ -160,7 +168,7 @@ func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
 			m = nil
 		}
 		if m == nil {
-			r.attempts = 1
+			r.attempts.Store(1)
 			r.Done(0, status.Errorf(status.Unsupported,
 				"no installed transport can move [%#x, +%d) to %s at %#x", r.Local, r.Len, p.name, r.Remote))
 			continue
@@ -172,7 +180,7 @@ func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
 	}
 	for _, m := range order {
 		for _, r := range byMover[m] {
-			r.attempts = 1
+			r.attempts.Store(1)
 		}
 		e.dispatch(m, byMover[m])
 	}
@@ -226,7 +234,7 @@ func (e *Engine) dispatch(m *installed, rs []*Request) {
 		// settled requests are skipped.
 		for _, r := range rs {
 			if !r.settled.Load() {
-				r.attempts = 2
+				r.attempts.Store(2)
 				r.Done(0, err)
 			}
 		}

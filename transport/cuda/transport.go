@@ -36,6 +36,7 @@ type Transport struct {
 	closed    bool
 	down      atomic.Bool // closed, readable without mu
 	gen       uint64      // bumped by every Install and Uninstall
+	unhandle  func()      // removes our handler from the engine's listener
 
 	runs    sync.WaitGroup // Submit goroutines
 	readers sync.WaitGroup // session reader goroutines
@@ -126,7 +127,7 @@ func (t *Transport) Install(e *core.Engine) error {
 		}
 	}
 	t.mu.Unlock()
-	e.HandleConn(KindCUDA, func(c net.Conn, _ string) { t.serveTCP(c) })
+	t.unhandle = e.HandleConn(KindCUDA, func(c net.Conn, _ string) { t.serveTCP(c) })
 	detectDrv.Store(d)
 	return nil
 }
@@ -180,7 +181,11 @@ func (t *Transport) Uninstall() error {
 		c.Close()
 	}
 	srv := t.srv
+	unhandle := t.unhandle
 	t.mu.Unlock()
+	if unhandle != nil {
+		unhandle() // no new lease connections from the engine's listener
+	}
 
 	// Aborting the sessions wakes the batches waiting for a lease or an
 	// import; they see the transport closed and fail their requests. The

@@ -44,6 +44,8 @@ type Transport struct {
 	// blocks in use count the readers alive, and Uninstall closes it once
 	// every reader has returned.
 	bufs *slab.Slab
+	// unhandle stops the listener from passing us data connections.
+	unhandle func()
 
 	reqMu sync.Mutex
 	reqs  map[*core.Request]*reqState // for Cancel
@@ -86,7 +88,7 @@ func (t *Transport) Install(e *core.Engine) error {
 	t.e = e
 	t.streams = e.Options().TCPStreams
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	e.HandleConn(core.KindTCPData, t.serve)
+	t.unhandle = e.HandleConn(core.KindTCPData, t.serve)
 	return nil
 }
 
@@ -312,7 +314,7 @@ func (t *Transport) Uninstall() error {
 		return nil
 	}
 	t.closed = true
-	e := t.e
+	unhandle := t.unhandle
 	var conns []*conn
 	for _, p := range t.pools {
 		for _, c := range p.conns {
@@ -326,8 +328,8 @@ func (t *Transport) Uninstall() error {
 		srv = append(srv, nc)
 	}
 	t.mu.Unlock()
-	if e != nil {
-		e.HandleConn(core.KindTCPData, nil)
+	if unhandle != nil {
+		unhandle()
 	}
 	for _, c := range conns {
 		c.fail(core.ErrUninstalled)
