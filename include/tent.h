@@ -151,10 +151,14 @@ typedef struct tent_engine_options {
 tent_status tent_engine_create(const tent_engine_options *opts, tent_engine **engine_out);
 
 /* Destroys an engine (its handle is invalid afterwards, even if an error is
- * reported while releasing): transfers in flight fail with TENT_ERR_CLOSED, every
- * transport is uninstalled, every region unregistered, every segment and
- * batch handle of the engine becomes invalid, and everything the engine
- * acquired (sockets, mappings, fds, threads) is released. NULL is a no-op. */
+ * reported while releasing): transfers in flight fail with TENT_ERR_CLOSED
+ * once their transports let go of them, every transport is uninstalled,
+ * every region unregistered, every segment and batch handle of the engine
+ * becomes invalid, and everything the engine acquired (sockets, mappings,
+ * fds, threads) is released. Transfers of peers in this process that still
+ * use the engine's memory are waited for, up to the unregister timeout;
+ * memory from tent_alloc still in use then stays mapped and the call
+ * returns TENT_ERR_BUSY. NULL is a no-op. */
 tent_status tent_engine_destroy(tent_engine *engine);
 
 /* Copies the engine's segment name (what peers pass to tent_segment_open),
@@ -316,7 +320,9 @@ typedef struct tent_transfer_options {
   const void *notify;     /* message delivered to each target segment after
                              all of the batch's data arrived; NULL = none */
   size_t notify_len;      /* <= 65536 */
-  const char *transport;  /* hint: "local", "shm", "tcp", "cuda"; NULL = auto */
+  const char *transport;  /* "local", "shm", "tcp", "cuda": only this transport
+                             serves the batch (no retry elsewhere); NULL = the
+                             first eligible, with one retry on the next */
 } tent_transfer_options;
 
 #define TENT_TRANSFER_OPTIONS_INIT { sizeof(tent_transfer_options), 0, 0, NULL, 0, NULL }
