@@ -361,6 +361,10 @@ func (e *Engine) Acquire(addr, n uint64, access Access) (*Region, error) {
 		return nil, status.Errorf(status.InvalidArgument, "bad range %#x+%#x", addr, n)
 	}
 	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, status.Errorf(status.Closed, "engine is closed")
+	}
 	s := e.index.find(addr, addr+n)
 	if s == nil || s.state != committed {
 		e.mu.Unlock()
@@ -379,11 +383,7 @@ func (e *Engine) Acquire(addr, n uint64, access Access) (*Region, error) {
 			"region [%#x, %#x) does not permit remote %s", r.Addr, r.End(), accessVerb(access))
 	}
 	if r.closing.Load() {
-		closed := e.closed
 		e.mu.Unlock()
-		if closed {
-			return nil, status.Errorf(status.Closed, "engine is closed")
-		}
 		return nil, status.Errorf(status.NotRegistered, "region [%#x, %#x) is being unregistered", r.Addr, r.End())
 	}
 	r.users.Add(1)
