@@ -102,7 +102,11 @@
 // Every other granted entry, and any entry whose allocation is not mapped
 // here, goes through process_vm_readv/process_vm_writev: iovecs of the
 // lease batched per direction, IOV_MAX (1024) and 16 MiB per call,
-// partial transfers resumed where the kernel stopped. A refusal (EPERM,
+// partial transfers resumed where the kernel stopped. A call of 512 KiB
+// or more is cut in two halves of equal bytes that run on two threads
+// (when GOMAXPROCS allows): the kernel copies on the calling CPU at about
+// half of what the memory bus takes, and the other side of a same-host
+// transfer is idle. A half that fails fails only its own requests. A refusal (EPERM,
 // EACCES, ENOSYS, ESRCH) completes the request with TransportError, so
 // the engine retries it once on the next transport (tcp) and the status
 // carries the RETRIED flag; after EPERM/EACCES/ENOSYS the peer's

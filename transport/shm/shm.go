@@ -31,6 +31,8 @@ var (
 	// chunk bounds one copy step (one memmove, or one process_vm call):
 	// cancellation, uninstall and lease expiry are checked between steps.
 	chunk uint64 = 16 << 20
+	// pvmSplitMin is the smallest process_vm call split over two threads.
+	pvmSplitMin uint64 = 512 << 10
 )
 
 const (

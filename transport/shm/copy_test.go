@@ -1,0 +1,123 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"sync/atomic"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/status"
+)
+
+// splitInto cuts a process_vm call in two halves of equal bytes (the odd
+// byte in the second), cutting the iovec that straddles the middle; the
+// two halves cover exactly the original ranges, in order, with the owners
+// of the pieces they came from.
+func TestSplitInto(t *testing.T) {
+	mem := make([]byte, 1<<16)
+	base := uintptr(unsafe.Pointer(&mem[0]))
+	for _, lens := range [][]int{{1, 1}, {2}, {3}, {100, 1}, {1, 100}, {10, 10, 10, 10}, {7, 9, 13, 1, 1, 40}, {4096}} {
+		var b, h pvmBatch
+		var off int
+		for i, l := range lens {
+			var lv unix.Iovec
+			lv.Base = &mem[off]
+			lv.SetLen(l)
+			b.local = append(b.local, lv)
+			b.remote = append(b.remote, unix.RemoteIovec{Base: 0x10000 + uintptr(off), Len: l})
+			b.owner = append(b.owner, int32(i))
+			b.bytes += uint64(l)
+			off += l
+		}
+		total := b.bytes
+		b.splitInto(&h)
+		require.Equal(t, total/2, b.bytes, "%v", lens)
+		require.Equal(t, total-total/2, h.bytes, "%v", lens)
+
+		// Walk both halves: contiguous pieces from offset 0 to the end,
+		// each owned by the iovec it came from.
+		pos := 0
+		for _, half := range []*pvmBatch{&b, &h} {
+			sum := 0
+			require.Len(t, half.remote, len(half.local))
+			require.Len(t, half.owner, len(half.local))
+			for k := range half.local {
+				l := int(half.local[k].Len)
+				require.Positive(t, l)
+				require.Equal(t, base+uintptr(pos), uintptr(unsafe.Pointer(half.local[k].Base)), "%v", lens)
+				require.Equal(t, 0x10000+uintptr(pos), half.remote[k].Base)
+				require.Equal(t, l, half.remote[k].Len)
+				owner, start := 0, 0
+				for owner < len(lens) && start+lens[owner] <= pos {
+					start += lens[owner]
+					owner++
+				}
+				require.EqualValues(t, owner, half.owner[k], "%v: piece at %d", lens, pos)
+				require.LessOrEqual(t, pos+l, start+lens[owner], "a piece stays inside its iovec")
+				pos += l
+				sum += l
+			}
+			require.EqualValues(t, half.bytes, sum)
+		}
+		require.Equal(t, off, pos)
+	}
+}
+
+// A process_vm call split over two threads where one half fails: the
+// requests of that half fail with TransportError, those of the other half
+// complete with their data, and the failure counts once.
+func TestSplitHalfFails(t *testing.T) {
+	const (
+		n    = 128
+		blk  = 8 << 10 // 1 MiB in all: split in two halves of 64 requests
+		size = n * blk
+	)
+	require.GreaterOrEqual(t, uint64(size), pvmSplitMin)
+	peer := startPeer(t, peertest.Buffer{Size: size, Perm: rw})
+	e, tr := newEngine(t, core.Options{})
+	seg := openSeg(t, e, peer.Name)
+	local := localBuf(t, e, size)
+	reqs := make([]core.TransferRequest, n)
+	for i := range reqs {
+		reqs[i] = core.TransferRequest{Op: core.OpRead, Local: memory.Addr(local) + uint64(i*blk), Segment: seg,
+			Remote: peer.Buffers[0].Addr + uint64(i*blk), Len: blk}
+	}
+	code, _, err := run(t, e, reqs, core.TransferOptions{})
+	require.Equal(t, status.OK, code, "%v", err)
+	model := bytes.Clone(local)
+	require.Equal(t, sum(t, peer, 0), peertest.Sum(model))
+
+	var calls atomic.Int32
+	hook := func(core.Op) error {
+		if calls.Add(1) == 1 {
+			return unix.EIO
+		}
+		return nil
+	}
+	testHookProcessVM.Store(&hook)
+	t.Cleanup(func() { testHookProcessVM.Store(nil) })
+	clear(local)
+	code, st, _ := run(t, e, reqs, core.TransferOptions{})
+	require.Equal(t, status.TransportError, code)
+	require.EqualValues(t, 2, calls.Load(), "two halves, one call each")
+	failed := 0
+	for i, s := range st {
+		if s.Code != status.OK {
+			require.Equal(t, status.TransportError, s.Code, "request %d", i)
+			failed++
+			continue
+		}
+		require.Equal(t, model[i*blk:(i+1)*blk], local[i*blk:(i+1)*blk], "request %d", i)
+	}
+	require.Equal(t, n/2, failed)
+	require.True(t, st[0].Code != st[n-1].Code, "one half failed, the other did not")
+	require.Zero(t, tr.Stats()["fallbacks"], "EIO is not a refusal")
+}
