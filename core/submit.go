@@ -79,17 +79,12 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 
 	// Group by peer, keeping order; route each group now when its
 	// descriptor is fresh, else after a refresh off the caller's thread.
-	groups := map[*Peer][]*Request{}
-	var order []*Peer
+	all := make([]*Request, len(b.reqs))
 	for i := range b.reqs {
-		r := &b.reqs[i]
-		if _, ok := groups[r.Peer]; !ok {
-			order = append(order, r.Peer)
-		}
-		groups[r.Peer] = append(groups[r.Peer], r)
+		all[i] = &b.reqs[i]
 	}
-	for _, p := range order {
-		rs := groups[p]
+	for _, g := range groupBy(all, func(i int) *Peer { return all[i].Peer }) {
+		p, rs := g.key, g.reqs
 		// Never a network round trip on the caller's thread: without a
 		// usable cached descriptor, routing continues on a goroutine.
 		if d := p.cached(); d != nil {
@@ -145,8 +140,8 @@ func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
 
 // routeWith routes with a descriptor in hand.
 func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.SegmentDesc, refresh bool) {
-	byMover := map[*installed][]*Request{}
-	var order []*installed
+	routed := make([]*Request, 0, len(rs))
+	movers := make([]*installed, 0, len(rs))
 	var retry []*Request
 	for _, r := range rs {
 		r.Desc = desc
@@ -173,16 +168,14 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 				"no installed transport can move [%#x, +%d) to %s at %#x", r.Local, r.Len, p.name, r.Remote))
 			continue
 		}
-		if _, ok := byMover[m]; !ok {
-			order = append(order, m)
-		}
-		byMover[m] = append(byMover[m], r)
+		routed = append(routed, r)
+		movers = append(movers, m)
 	}
-	for _, m := range order {
-		for _, r := range byMover[m] {
+	for _, g := range groupBy(routed, func(i int) *installed { return movers[i] }) {
+		for _, r := range g.reqs {
 			r.attempts.Store(1)
 		}
-		e.dispatch(m, byMover[m])
+		e.dispatch(g.key, g.reqs)
 	}
 	if len(retry) > 0 {
 		p.invalidate()
@@ -321,4 +314,39 @@ func (e *Engine) ReleaseBatch(b *Batch) {
 	e.mu.Lock()
 	delete(e.batches, b)
 	e.mu.Unlock()
+}
+
+// group is the requests of one key, in their order.
+type group[K comparable] struct {
+	key  K
+	reqs []*Request
+}
+
+// groupBy splits rs by key(i) (the key of rs[i]), groups in the order
+// their keys first appear. The common case, a single key, costs no copy.
+func groupBy[K comparable](rs []*Request, key func(i int) K) []group[K] {
+	if len(rs) == 0 {
+		return nil
+	}
+	k0 := key(0)
+	same := 1
+	for same < len(rs) && key(same) == k0 {
+		same++
+	}
+	if same == len(rs) {
+		return []group[K]{{k0, rs}}
+	}
+	var gs []group[K]
+	at := map[K]int{}
+	for i, r := range rs {
+		k := key(i)
+		j, ok := at[k]
+		if !ok {
+			j = len(gs)
+			at[k] = j
+			gs = append(gs, group[K]{key: k})
+		}
+		gs[j].reqs = append(gs[j].reqs, r)
+	}
+	return gs
 }
