@@ -32,7 +32,7 @@ var transportIDs = map[string]uint32{"local": TransportLocal, "shm": TransportSh
 // TransportID returns the id of a transport name, or TransportNone.
 func TransportID(name string) uint32 { return transportIDs[name] }
 
-// Status flags of a request.
+// Status flags of a request (FlagStaged is in staging.go).
 const FlagRetried uint32 = 1
 
 // MaxNotifyLen bounds a notification message.

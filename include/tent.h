@@ -243,6 +243,12 @@ tent_status tent_free(tent_engine *engine, tent_region *region);
 #define TENT_TRANSPORT_SHM 2u
 #define TENT_TRANSPORT_TCP 3u
 #define TENT_TRANSPORT_CUDA 4u
+/* GPU memory: "cuda" copies with the driver's copy engines within a process,
+ * and across processes and hosts when the remote GPU memory came from
+ * tent_alloc(..., "cuda:N"). Anything else with GPU memory on either side
+ * (cudaMalloc memory of another process, GPU with another process's host
+ * memory) goes over "tcp" through host buffers on the side that holds the
+ * GPU memory, and its status carries TENT_STATUS_STAGED. */
 
 /* "none", "local", "shm", "tcp", "cuda", or "unknown". Static; never fails. */
 const char *tent_transport_name(uint32_t transport);
@@ -329,6 +335,7 @@ typedef struct tent_transfer_options {
 
 /* Flags in tent_request_status.flags */
 #define TENT_STATUS_RETRIED 0x1u /* the first transport failed; served by another */
+#define TENT_STATUS_STAGED  0x2u /* GPU memory copied through host memory (tcp) */
 
 typedef struct tent_request_status {
   tent_status status;     /* TENT_PENDING, TENT_OK or a TENT_ERR_* code */

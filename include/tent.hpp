@@ -358,6 +358,7 @@ struct RequestStatus {
 
   bool ok() const noexcept { return status == Status::ok; }
   bool retried() const noexcept { return (flags & TENT_STATUS_RETRIED) != 0; }
+  bool staged() const noexcept { return (flags & TENT_STATUS_STAGED) != 0; }
 };
 
 // A finished batch: every request has its final status.

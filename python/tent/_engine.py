@@ -954,7 +954,7 @@ class Batch(_Child):
 
     def status(self) -> List[RequestResult]:
         """Each request's result, in submission order (``code``,
-        ``transport``, ``bytes``, ``retried``; ``.ok``, ``.pending``,
+        ``transport``, ``bytes``, ``retried``, ``staged``; ``.ok``, ``.pending``,
         ``.error``)."""
         arr, _ = self._status_array()
         return [result_of(s) for s in arr]

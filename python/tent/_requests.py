@@ -165,6 +165,7 @@ class RequestResult(NamedTuple):
     transport: str  # "local", "shm", "tcp", "cuda" (or "none" if none was tried)
     bytes: int  # bytes moved
     retried: bool  # the first transport failed and another one served it
+    staged: bool = False  # GPU memory went through host memory (tcp)
 
     @property
     def ok(self) -> bool:
@@ -185,4 +186,5 @@ class RequestResult(NamedTuple):
 
 
 def result_of(s: _lib.RequestStatus) -> RequestResult:
-    return RequestResult(s.status, transport_name(s.transport), s.bytes, bool(s.flags & _lib.TENT_STATUS_RETRIED))
+    return RequestResult(s.status, transport_name(s.transport), s.bytes, bool(s.flags & _lib.TENT_STATUS_RETRIED),
+                         bool(s.flags & _lib.TENT_STATUS_STAGED))

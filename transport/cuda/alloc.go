@@ -35,7 +35,32 @@ func init() {
 		return core.CPU, nil
 	}
 	core.RegisterAllocator("cuda", allocCUDA)
+	core.DeviceStager = stager{}
 }
+
+// stager copies between host and GPU memory for the tcp transport's
+// staging, with the driver of the last successful Install.
+type stager struct{}
+
+func (stager) Ready() bool { return detectDrv.Load() != nil }
+
+func (stager) ToHost(dst []byte, src uint64) error {
+	d := detectDrv.Load()
+	if d == nil {
+		return errNoStagingDriver
+	}
+	return d.CopyDtoH(dst, src)
+}
+
+func (stager) ToDevice(dst uint64, src []byte) error {
+	d := detectDrv.Load()
+	if d == nil {
+		return errNoStagingDriver
+	}
+	return d.CopyHtoD(dst, src)
+}
+
+var errNoStagingDriver = status.Errorf(status.Unsupported, "cuda: no CUDA driver in this process to stage GPU memory with")
 
 // detect asks the driver where addr lives: device memory is "cuda:N";
 // host memory, pinned or not, and managed memory (which the host can

@@ -13,6 +13,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	cu "github.com/tent-dev/tent/cuda"
 	"github.com/tent-dev/tent/cuda/fakecuda"
+	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/status"
 )
@@ -181,8 +182,9 @@ func TestTransferAcrossProcesses(t *testing.T) {
 	require.NoError(t, peer.Stop())
 }
 
-// TestNonVMMMemory: plain cuMemAlloc memory registers; as a local buffer
-// it works; as a remote region it fails with a message saying why.
+// TestNonVMMMemory: plain cuMemAlloc memory registers and works as a
+// local buffer of the cuda transport; another process's such memory cannot
+// be imported, so without a staging transport nothing can move it.
 func TestNonVMMMemory(t *testing.T) {
 	f, d := useFake(t)
 	const size = 2 * gran
@@ -201,13 +203,91 @@ func TestNonVMMMemory(t *testing.T) {
 	addr, err := strconv.ParseUint(cmd(t, peer, "memalloc %d 9", size), 10, 64)
 	require.NoError(t, err)
 	// (The engine refreshes a descriptor that lacks the region.)
-	code, err, st := transfer(t, e, core.TransferRequest{Op: core.OpRead, Local: p, Segment: seg, Remote: addr, Len: size})
+	code, err, _ := transfer(t, e, core.TransferRequest{Op: core.OpRead, Local: p, Segment: seg, Remote: addr, Len: size})
 	require.Equal(t, status.Unsupported, code)
-	require.Equal(t, core.TransportCUDA, st[0].Transport)
-	requireMsg(t, err, "not allocated by tent_alloc", "cuMemAlloc")
+	requireMsg(t, err, "no installed transport can move")
 	require.NoError(t, e.Unregister(lr))
 	require.NoError(t, e.Close())
 	require.NoError(t, d.MemFree(p))
+	f.AssertClean(t)
+}
+
+// TestStagedOverTCP: GPU memory that the cuda transport cannot reach in
+// another process (cuMemAlloc memory on either side, or local GPU memory
+// with the peer's host memory) moves over tcp through host buffers, and
+// the status says so; engine-allocated GPU memory still goes through the
+// cuda transport. A failed staging copy fails its request only, and every
+// staging buffer is unmapped afterwards.
+func TestStagedOverTCP(t *testing.T) {
+	f, d := useFake(t)
+	const size = 6<<20 + 12345 // more than one staging piece (4 MiB)
+	peer := peertest.Start(t, peertest.Config{Transports: []string{"cuda", "tcp"}, Env: f.Env(),
+		Buffers: []peertest.Buffer{{Size: size, Perm: rw}, gpuBuf(4 * gran)}})
+	e, _ := newEngine(t, "cuda", "tcp")
+	seg := open(t, e, peer.Name)
+	tcpStats := func() map[string]int64 { return e.Stats().Transports["tcp"] }
+
+	p, err := d.MemAlloc(0, 2*size)
+	require.NoError(t, err)
+	lr, err := e.Register(core.RegionDesc{Addr: p, Len: 2 * size}, rw)
+	require.NoError(t, err)
+	require.True(t, lr.Loc.IsCUDA())
+	host, _ := hostBuf(t, e, size)
+	remote, err := strconv.ParseUint(cmd(t, peer, "memalloc %d 9", size), 10, 64)
+	require.NoError(t, err)
+
+	staged := core.RequestStatus{Code: status.OK, Transport: core.TransportTCP, Bytes: size, Flags: core.FlagStaged}
+	one := func(op core.Op, local, remoteAddr uint64) {
+		t.Helper()
+		code, err, st := transfer(t, e, core.TransferRequest{Op: op, Local: local, Segment: seg, Remote: remoteAddr, Len: size})
+		require.Equal(t, status.OK, code, "%v", err)
+		require.Equal(t, staged, st[0])
+	}
+
+	// Local GPU <-> the peer's host memory.
+	one(core.OpRead, p, peer.Buffers[0].Addr)
+	require.Equal(t, peertest.Pattern(0, size), readDev(t, d, p, size))
+	require.NoError(t, d.CopyHtoD(p, peertest.Pattern(3, size)))
+	one(core.OpWrite, p, peer.Buffers[0].Addr)
+	require.Equal(t, peertest.Sum(peertest.Pattern(3, size)), cmd(t, peer, "sum 0"))
+
+	// Local host <-> the peer's cuMemAlloc memory (the target stages).
+	one(core.OpRead, memory.Addr(host), remote)
+	require.Equal(t, peertest.Pattern(9, size), host)
+	copy(host, peertest.Pattern(4, size))
+	one(core.OpWrite, memory.Addr(host), remote)
+
+	// GPU to GPU, both staged: what was just written comes back.
+	one(core.OpRead, p+size, remote)
+	require.Equal(t, peertest.Pattern(4, size), readDev(t, d, p+size, size))
+
+	// Engine-allocated GPU memory of the peer: the cuda transport, no staging.
+	code, err, st := transfer(t, e, core.TransferRequest{Op: core.OpRead, Local: p, Segment: seg, Remote: peer.Buffers[1].Addr, Len: 4 * gran})
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportCUDA, Bytes: 4 * gran}, st[0])
+
+	// A failing copy from the GPU fails that request, with the driver's
+	// reason; the next one works.
+	f.Fail("cuMemcpyDtoH_v2", 1, 700) // CUDA_ERROR_ILLEGAL_ADDRESS
+	code, err, st = transfer(t, e, core.TransferRequest{Op: core.OpWrite, Local: p, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size})
+	require.NotEqual(t, status.OK, code)
+	require.Equal(t, core.TransportTCP, st[0].Transport)
+	requireMsg(t, err, "staging", "cuMemcpyDtoH")
+	f.ClearFailures()
+	one(core.OpWrite, p, peer.Buffers[0].Addr)
+	// The same at the target: its copy to its GPU fails, the reply says why.
+	require.Equal(t, "ok", cmd(t, peer, "fail cuMemcpyHtoD_v2 1 700"))
+	code, err, _ = transfer(t, e, core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(host), Segment: seg, Remote: remote, Len: size})
+	require.NotEqual(t, status.OK, code)
+	requireMsg(t, err, "refused", "cuMemcpyHtoD")
+	one(core.OpRead, memory.Addr(host), remote) // the connection is still usable
+
+	require.Zero(t, tcpStats()["staging_buffers"], "the initiator's staging buffers are unmapped")
+	require.GreaterOrEqual(t, tcpStats()["bytes_staged"], int64(4*size))
+	require.Zero(t, tcpStats()["requests_in_flight"])
+	require.NoError(t, e.Unregister(lr))
+	require.NoError(t, d.MemFree(p))
+	require.NoError(t, e.Close())
 	f.AssertClean(t)
 }
 

@@ -157,12 +157,13 @@
 //
 //   - Remote GPU memory that the peer registered rather than allocated
 //     with tent_alloc (cudaMalloc, cuMemAlloc, PyTorch's caching
-//     allocator): it cannot be mapped by another process with VMM handles;
-//     such requests fail with status.Unsupported and say so. (Legacy
+//     allocator): it cannot be mapped by another process with VMM handles,
+//     so this transport is not eligible for it; the tcp transport moves it
+//     through host memory (status flag TENT_STATUS_STAGED), and without
+//     tcp the request fails with status.Unsupported. (Legacy
 //     cuIpcGetMemHandle could share it; not implemented.)
-//   - Local GPU memory with host memory of another process: no transport
-//     moves it (it would need staging through host memory and the shm or
-//     tcp transport). Local host memory with remote GPU memory works.
+//   - Local GPU memory with host memory of another process: likewise left
+//     to tcp's staging. Local host memory with remote GPU memory works.
 //   - A copy cannot be aborted once queued: a batch waits for its copies
 //     even past its deadline, and a lease covers copies queued before the
 //     deadline plus 5 s.

@@ -19,6 +19,7 @@ import (
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/status"
 	_ "github.com/tent-dev/tent/transport/local"
+	_ "github.com/tent-dev/tent/transport/tcp"
 )
 
 // childEnv selects a child mode of the test binary other than peertest's.
@@ -64,6 +65,21 @@ func TestMain(m *testing.M) {
 		}
 		b, err := json.Marshal(f.Counters())
 		return string(b), err
+	}
+	// fail FN NTH CODE: the peer's fake fails the NTH next call of FN.
+	peertest.Commands["fail"] = func(_ *core.Engine, args []string) (string, error) {
+		d, err := cu.Default()
+		if err != nil {
+			return "", err
+		}
+		f, err := fakecuda.Open(d.Path())
+		if err != nil {
+			return "", err
+		}
+		nth, _ := strconv.Atoi(args[1])
+		code, _ := strconv.Atoi(args[2])
+		f.Fail(args[0], nth, code)
+		return "ok", nil
 	}
 	peertest.Commands["stats"] = func(e *core.Engine, _ []string) (string, error) {
 		b, err := json.Marshal(e.Stats().Transports[Name])

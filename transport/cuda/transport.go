@@ -429,11 +429,14 @@ func (t *Transport) Eligible(r *core.Request) bool {
 	if r.Peer != nil && r.Peer.Local() != nil {
 		return true
 	}
+	// Another process: only GPU memory the peer allocated with tent_alloc
+	// can be imported; the rest (cudaMalloc memory, host memory) is left
+	// to transports that stage through host memory (tcp).
 	if !remoteCUDA || r.Desc == nil {
 		return false
 	}
 	if r.Desc.MachineID == core.MachineID() && t.endpoint(r.Desc, Name) != "" {
-		return true
+		return r.RemoteRegion.AllocID != 0
 	}
 	_, _, fab := fabricAttachment(&r.RemoteRegion)
 	return fab && t.endpoint(r.Desc, "ctl") != ""

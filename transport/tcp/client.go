@@ -345,6 +345,9 @@ func (c *conn) readLoop(nc net.Conn) {
 		c.sent.pop()
 		c.reading.Store(ch)
 		c.mu.Unlock()
+		if h.flags&replyStaged != 0 {
+			ch.s.markStaged()
+		}
 		rd.expect(int(h.n))
 
 		var rerr error

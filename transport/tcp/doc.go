@@ -51,7 +51,8 @@
 // header, an optional message and, for a successful READ, the payload:
 //
 //	0   1   u8 op, echoed
-//	1   1   u8 flags
+//	1   1   u8 flags: bit 0 (success only) the target copied the data
+//	        through host memory (its region is GPU memory); others zero
 //	2   2   u16 message length m, 0 on success, <= 1024
 //	4   4   i32 status: 0, or a negative tent status code (NotRegistered,
 //	        OutOfRange, PermissionDenied, ...)
@@ -95,6 +96,23 @@
 //
 // No payload is staged on the Go heap; a refused WRITE's payload is read
 // into the receive buffer and dropped.
+//
+// # GPU memory
+//
+// GPU memory cannot be handed to a socket, so it goes through host memory
+// (mmap'd buffers, not the Go heap), which needs a CUDA driver on that
+// side (core.DeviceStager). This serves what the cuda transport cannot:
+// cudaMalloc memory of another process, and GPU memory with host memory
+// of another process or host. On the initiator, requests on local GPU
+// memory go to a staging goroutine per Submit call, which moves each
+// request in pieces of 4 MiB through its buffer (WRITE: copy from the
+// GPU, then send the piece as a request of its own; READ: receive, then
+// copy to the GPU), so staging memory is bounded whatever the request
+// size. On the target, a request on a GPU region is read into (or copied
+// out to) the connection's staging buffer, and a READ reply leaves at
+// once so the buffer is free for the next request. Either way the
+// request's status carries core.FlagStaged (TENT_STATUS_STAGED); a failed
+// GPU copy fails that request with the driver's reason.
 //
 // # Threading
 //

@@ -17,6 +17,10 @@ const (
 	opWrite uint8 = 1
 	opRead  uint8 = 2
 
+	// replyStaged, in a successful reply's flags: the target copied the
+	// data through host memory (its region is GPU memory).
+	replyStaged uint8 = 1
+
 	// MaxChunk bounds the length of one request on the wire. Initiators
 	// split larger requests; a target rejects a longer one as a protocol
 	// error.
@@ -99,6 +103,7 @@ func badRequest(what string, v uint64) error {
 // replyHeader answers one request, target -> initiator, in request order.
 type replyHeader struct {
 	op     uint8
+	flags  uint8  // replyStaged
 	msgLen uint16 // error text that follows the header
 	code   status.Code
 	id     uint64
@@ -108,7 +113,7 @@ type replyHeader struct {
 func putReplyHeader(b []byte, h replyHeader) {
 	_ = b[replyHeaderSize-1]
 	b[0] = h.op
-	b[1] = 0
+	b[1] = h.flags
 	binary.LittleEndian.PutUint16(b[2:], h.msgLen)
 	binary.LittleEndian.PutUint32(b[4:], uint32(int32(h.code)))
 	binary.LittleEndian.PutUint64(b[8:], h.id)
@@ -122,6 +127,7 @@ func parseReplyHeader(b []byte) (replyHeader, error) {
 	}
 	h := replyHeader{
 		op:     b[0],
+		flags:  b[1],
 		msgLen: binary.LittleEndian.Uint16(b[2:]),
 		code:   status.Code(int32(binary.LittleEndian.Uint32(b[4:]))),
 		id:     binary.LittleEndian.Uint64(b[8:]),
@@ -130,8 +136,10 @@ func parseReplyHeader(b []byte) (replyHeader, error) {
 	switch {
 	case h.op != opWrite && h.op != opRead:
 		return h, badReply("unknown op", uint64(h.op))
-	case b[1] != 0:
-		return h, badReply("unknown flags", uint64(b[1]))
+	case h.flags&^replyStaged != 0:
+		return h, badReply("unknown flags", uint64(h.flags))
+	case h.flags != 0 && h.code != status.OK:
+		return h, badReply("flags on a refusal", uint64(h.flags))
 	case binary.LittleEndian.Uint32(b[20:]) != 0:
 		return h, badReply("non-zero reserved field", uint64(binary.LittleEndian.Uint32(b[20:])))
 	case h.code > 0 || !knownCode(h.code):

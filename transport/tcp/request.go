@@ -33,8 +33,9 @@ type reqState struct {
 	deadline time.Time
 
 	mu        sync.Mutex
-	remaining int // chunks not yet done
-	busy      int // goroutines inside the local memory
+	staged    bool // the data went through host memory, here or at the target
+	remaining int  // chunks not yet done
+	busy      int  // goroutines inside the local memory
 	dead      bool
 	completed bool
 	err       error
@@ -97,6 +98,13 @@ func (s *reqState) settle(chunk, exit bool, err error) {
 	}
 }
 
+// markStaged records that the data went through host memory.
+func (s *reqState) markStaged() {
+	s.mu.Lock()
+	s.staged = true
+	s.mu.Unlock()
+}
+
 func (s *reqState) complete(err error) {
 	t := s.t
 	if s.r != nil {
@@ -112,6 +120,9 @@ func (s *reqState) complete(err error) {
 	if s.r == nil {
 		s.raw <- err
 		return
+	}
+	if err == nil && s.staged { // complete runs after the last settle: no lock needed
+		s.r.MarkStaged()
 	}
 	s.r.Done(n, err)
 }

@@ -5,6 +5,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/status"
@@ -65,8 +67,9 @@ type server struct {
 	rd    *bufReader
 	stall time.Duration // how long a peer may stall inside a request or a reply
 
-	iov  iovec
-	held []*core.Region // acquired for READ payloads in iov
+	iov   iovec
+	held  []*core.Region // acquired for READ payloads in iov
+	stage []byte         // host buffer for GPU regions (mmap), grown on demand
 }
 
 type serverSource struct{ s *server }
@@ -79,6 +82,7 @@ func (src serverSource) Read(p []byte) (int, error) {
 
 func (s *server) run() error {
 	defer s.releaseHeld()
+	defer s.freeStage()
 	var hello [helloSize]byte
 	putHello(hello[:], s.e.Incarnation())
 	_ = s.nc.SetWriteDeadline(time.Now().Add(s.stall))
@@ -116,7 +120,9 @@ func (s *server) run() error {
 			}
 		case opRead:
 			s.rd.expect(0)
-			s.read(h)
+			if err := s.read(h); err != nil {
+				return err
+			}
 		}
 		if s.iov.bytes >= flushBytes || len(s.iov.pays) >= flushPieces {
 			if err := s.flush(); err != nil {
@@ -127,7 +133,8 @@ func (s *server) run() error {
 }
 
 // write serves a WRITE: the payload goes straight into the registered
-// memory, or, when the target refuses, into scratch.
+// memory (through the staging buffer for GPU memory), or, when the target
+// refuses, into scratch.
 func (s *server) write(h reqHeader) error {
 	n := int(h.n)
 	region, aerr := s.e.Acquire(h.addr, uint64(h.n), core.AccessRemoteWrite)
@@ -135,46 +142,112 @@ func (s *server) write(h reqHeader) error {
 		_ = s.nc.SetReadDeadline(time.Now().Add(s.stall))
 		defer s.nc.SetReadDeadline(time.Time{})
 	}
+	var stage []byte
+	if aerr == nil && region.Loc.IsCUDA() {
+		if stage, aerr = s.stageBuf(n); aerr != nil {
+			s.e.Release(region)
+		}
+	}
 	if aerr != nil {
 		s.t.rejected.Add(1)
 		if err := s.rd.discard(n); err != nil {
 			return err
 		}
-		s.reply(h, aerr, nil)
+		s.reply(h, aerr, nil, 0)
 		return nil
 	}
-	err := s.rd.readInto(memory.Bytes(h.addr, uint64(h.n)))
-	s.e.Release(region)
-	if err != nil {
+	if stage == nil {
+		err := s.rd.readInto(memory.Bytes(h.addr, uint64(h.n)))
+		s.e.Release(region)
+		if err != nil {
+			return err
+		}
+		s.reply(h, nil, nil, 0)
+		return nil
+	}
+	if err := s.rd.readInto(stage); err != nil {
+		s.e.Release(region)
 		return err
 	}
-	s.reply(h, nil, nil)
+	err := core.DeviceStager.ToDevice(h.addr, stage)
+	s.e.Release(region)
+	if err != nil {
+		s.reply(h, err, nil, 0)
+		return nil
+	}
+	s.t.staged.Add(int64(n))
+	s.reply(h, nil, nil, replyStaged)
 	return nil
 }
 
 // read serves a READ: the payload will be written from the registered
-// memory, which stays acquired until then.
-func (s *server) read(h reqHeader) {
+// memory, which stays acquired until then. GPU memory is copied into the
+// staging buffer and sent at once (with what was collected before it), so
+// the buffer is free for the next.
+func (s *server) read(h reqHeader) error {
 	region, aerr := s.e.Acquire(h.addr, uint64(h.n), core.AccessRemoteRead)
 	if aerr != nil {
 		s.t.rejected.Add(1)
-		s.reply(h, aerr, nil)
-		return
+		s.reply(h, aerr, nil, 0)
+		return nil
 	}
-	s.held = append(s.held, region)
-	s.reply(h, nil, memory.Bytes(h.addr, uint64(h.n)))
+	if !region.Loc.IsCUDA() {
+		s.held = append(s.held, region)
+		s.reply(h, nil, memory.Bytes(h.addr, uint64(h.n)), 0)
+		return nil
+	}
+	stage, err := s.stageBuf(int(h.n))
+	if err == nil {
+		err = core.DeviceStager.ToHost(stage, h.addr)
+	}
+	s.e.Release(region)
+	if err != nil {
+		s.t.rejected.Add(1)
+		s.reply(h, err, nil, 0)
+		return nil
+	}
+	s.t.staged.Add(int64(h.n))
+	s.reply(h, nil, stage, replyStaged)
+	return s.flush()
 }
 
-func (s *server) reply(h reqHeader, err error, payload []byte) {
+// stageBuf returns the connection's staging buffer, at least n bytes,
+// for a request on GPU memory.
+func (s *server) stageBuf(n int) ([]byte, error) {
+	if !core.CanStage() {
+		return nil, status.Errorf(status.Unsupported, "tcp: the target has no CUDA driver to stage GPU memory with")
+	}
+	if len(s.stage) < n {
+		s.freeStage()
+		b, err := unix.Mmap(-1, 0, max(n, chunkSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return nil, status.Errorf(status.NoMemory, "tcp: staging buffer of %d bytes: %v", n, err)
+		}
+		s.stage = b
+		s.t.stageBufs.Add(1)
+	}
+	return s.stage[:n], nil
+}
+
+func (s *server) freeStage() {
+	if s.stage != nil {
+		_ = unix.Munmap(s.stage)
+		s.stage = nil
+		s.t.stageBufs.Add(-1)
+	}
+}
+
+func (s *server) reply(h reqHeader, err error, payload []byte, flags uint8) {
 	var msg string
 	if err != nil {
 		msg = err.Error()
 		if len(msg) > maxMessage {
 			msg = msg[:maxMessage]
 		}
+		flags = 0
 	}
 	b := s.iov.header(replyHeaderSize + len(msg))
-	putReplyHeader(b, replyHeader{op: h.op, msgLen: uint16(len(msg)), code: status.CodeOf(err), id: h.id, n: uint32(len(payload))})
+	putReplyHeader(b, replyHeader{op: h.op, flags: flags, msgLen: uint16(len(msg)), code: status.CodeOf(err), id: h.id, n: uint32(len(payload))})
 	copy(b[replyHeaderSize:], msg)
 	if payload != nil {
 		s.iov.payload(payload)

@@ -3,7 +3,6 @@ package tcp
 import (
 	"context"
 	"net"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,6 +60,8 @@ type Transport struct {
 	timeouts   atomic.Int64
 	protoErrs  atomic.Int64
 	rejected   atomic.Int64
+	stageBufs  atomic.Int64 // staging buffers mapped (both sides)
+	staged     atomic.Int64 // bytes copied through them
 }
 
 // New returns an uninstalled tcp transport.
@@ -103,11 +104,12 @@ func (t *Transport) Endpoints() []wire.Endpoint {
 	return []wire.Endpoint{{Transport: "tcp", Addr: e.ListenAddr()}}
 }
 
-// Eligible: the peer publishes a tcp endpoint and both sides are host
-// memory (GPU memory needs staging, which the cuda support adds).
+// Eligible: the peer publishes a tcp endpoint. GPU memory goes through
+// host memory: this side stages its own (which needs a CUDA driver here),
+// the target stages its own.
 func (t *Transport) Eligible(r *core.Request) bool {
-	return r.Desc != nil && tcpAddr(r.Desc) != "" && r.LocalRegion != nil && !r.LocalRegion.Loc.IsCUDA() &&
-		!strings.HasPrefix(r.RemoteRegion.Location, "cuda")
+	return r.Desc != nil && tcpAddr(r.Desc) != "" && r.LocalRegion != nil &&
+		(!r.LocalRegion.Loc.IsCUDA() || core.CanStage())
 }
 
 func tcpAddr(d *wire.SegmentDesc) string {
@@ -120,9 +122,27 @@ func tcpAddr(d *wire.SegmentDesc) string {
 }
 
 // Submit queues the requests on the peers' streams and returns at once.
+// Requests on local GPU memory go to a staging goroutine instead.
 func (t *Transport) Submit(reqs []*core.Request) {
-	states := make([]reqState, len(reqs))
-	for i, r := range reqs {
+	order := reqs // host-memory requests first, then those to stage
+	direct := len(reqs)
+	for _, r := range reqs {
+		if r.LocalRegion.Loc.IsCUDA() {
+			direct--
+		}
+	}
+	if direct < len(reqs) {
+		order = make([]*core.Request, 0, len(reqs))
+		for _, staged := range []bool{false, true} {
+			for _, r := range reqs {
+				if r.LocalRegion.Loc.IsCUDA() == staged {
+					order = append(order, r)
+				}
+			}
+		}
+	}
+	states := make([]reqState, len(order))
+	for i, r := range order {
 		op := opWrite
 		if r.Op == core.OpRead {
 			op = opRead
@@ -130,14 +150,20 @@ func (t *Transport) Submit(reqs []*core.Request) {
 		states[i] = reqState{t: t, r: r, op: op, local: r.Local, remote: r.Remote, n: r.Len, deadline: r.Deadline}
 	}
 	t.reqMu.Lock()
-	for i, r := range reqs {
+	for i, r := range order {
 		t.reqs[r] = &states[i]
 	}
 	t.reqMu.Unlock()
-	t.start(states, func(i int) (peerKey, string) {
-		r := reqs[i]
+	key := func(i int) (peerKey, string) {
+		r := order[i]
 		return peerKey{addr: tcpAddr(r.Desc), incarnation: r.Desc.Incarnation}, r.Peer.Name()
-	})
+	}
+	if direct > 0 {
+		t.start(states[:direct], key)
+	}
+	if direct < len(states) {
+		t.startStaged(states[direct:], func(i int) (peerKey, string) { return key(direct + i) })
+	}
 }
 
 // Cancel drops the requests as soon as no goroutine is inside their local
@@ -376,6 +402,8 @@ func (t *Transport) Stats() map[string]int64 {
 		"protocol_errors":    t.protoErrs.Load(),
 		"rejected":           t.rejected.Load(),
 		"receive_buffers":    t.buffersInUse(),
+		"staging_buffers":    t.stageBufs.Load(),
+		"bytes_staged":       t.staged.Load(),
 	}
 }
 
