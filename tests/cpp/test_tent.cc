@@ -324,6 +324,8 @@ TEST_F(Tent, SegmentBatchEngineMove) {
   tent::Outcome out = b2.wait();
   EXPECT_TRUE(out) << out.message;
   EXPECT_EQ(out.requests.at(0).transport, tent::Transport::local);
+  EXPECT_FALSE(out.requests.at(0).retried());
+  EXPECT_FALSE(out.requests.at(0).staged());  // host memory: never staged
   std::optional<tent::Outcome> again = b2.poll();  // a finished batch stays valid
   ASSERT_TRUE(again);
   EXPECT_TRUE(again->ok());

@@ -170,7 +170,7 @@ def test_sync_write_and_read(engine, self_segment):
     with engine.register(src) as rs, engine.register(dst) as rd:
         res = engine.write(rs, self_segment, rd.addr)
         assert res.ok and res.code == 0 and res.transport == "local" and res.bytes == src.nbytes
-        assert not res.retried and res.error is None
+        assert not res.retried and not res.staged and res.error is None
         assert np.array_equal(src, dst)
         dst[:] = 0
         res = engine.read(rd, self_segment, rs.addr, 1000)
