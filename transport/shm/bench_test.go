@@ -103,3 +103,30 @@ func BenchmarkShm(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkShmRoundTrip is the fixed cost of a same-host batch: one
+// 8-byte WRITE into the peer's memfd allocation, submit to completion
+// (the lease round trip to the target process, the copy, the release).
+//
+//	go test -run '^$' -bench ShmRoundTrip ./transport/shm/
+func BenchmarkShmRoundTrip(b *testing.B) {
+	peer := startPeer(b, peertest.Buffer{Size: 1 << 20, Perm: rw, Alloc: true})
+	e, _ := newEngine(b, core.Options{DefaultTimeout: time.Minute})
+	seg := openSeg(b, e, peer.Name)
+	local := localBuf(b, e, 1<<20)
+	reqs := []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg,
+		Remote: peer.Buffers[0].Addr, Len: 8}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := 0; n < b.N; n++ {
+		bt, err := e.Submit(reqs, core.TransferOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		<-bt.Done()
+		if c, _, err := bt.Status(nil); c != status.OK {
+			b.Fatalf("batch: %v", err)
+		}
+		e.ReleaseBatch(bt)
+	}
+}
