@@ -45,6 +45,15 @@ func (gpuAccessor) Write(addr uint64, b []byte) error {
 	return d.CopyHtoD(addr, b)
 }
 
+// processFake opens the fake driver this (peer) process loaded.
+func processFake() (*fakecuda.Fake, error) {
+	d, err := cu.Default()
+	if err != nil {
+		return nil, err
+	}
+	return fakecuda.Open(d.Path())
+}
+
 func TestMain(m *testing.M) {
 	peertest.Accessors["cuda"] = gpuAccessor{}
 	peertest.Commands["fds"] = func(_ *core.Engine, args []string) (string, error) {
@@ -55,11 +64,7 @@ func TestMain(m *testing.M) {
 		return strconv.Itoa(n), err
 	}
 	peertest.Commands["fake"] = func(*core.Engine, []string) (string, error) {
-		d, err := cu.Default()
-		if err != nil {
-			return "", err
-		}
-		f, err := fakecuda.Open(d.Path())
+		f, err := processFake()
 		if err != nil {
 			return "", err
 		}
@@ -68,11 +73,7 @@ func TestMain(m *testing.M) {
 	}
 	// fail FN NTH CODE: the peer's fake fails the NTH next call of FN.
 	peertest.Commands["fail"] = func(_ *core.Engine, args []string) (string, error) {
-		d, err := cu.Default()
-		if err != nil {
-			return "", err
-		}
-		f, err := fakecuda.Open(d.Path())
+		f, err := processFake()
 		if err != nil {
 			return "", err
 		}

@@ -57,17 +57,7 @@ func BenchmarkShm(b *testing.B) {
 						reqs[i] = core.TransferRequest{Op: op, Local: memory.Addr(local) + o, Segment: seg,
 							Remote: peer.Buffers[buf].Addr + o, Len: size}
 					}
-					once := func() {
-						bt, err := e.Submit(reqs, core.TransferOptions{})
-						if err != nil {
-							b.Fatal(err)
-						}
-						<-bt.Done()
-						if c, _, err := bt.Status(nil); c != status.OK {
-							b.Fatalf("batch: %v", err)
-						}
-						e.ReleaseBatch(bt)
-					}
+					once := func() { runBatch(b, e, reqs) }
 					once() // connection, mapping, page tables
 					memcpy()
 					before := tr.Stats()
@@ -119,14 +109,19 @@ func BenchmarkShmRoundTrip(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for n := 0; n < b.N; n++ {
-		bt, err := e.Submit(reqs, core.TransferOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
-		<-bt.Done()
-		if c, _, err := bt.Status(nil); c != status.OK {
-			b.Fatalf("batch: %v", err)
-		}
-		e.ReleaseBatch(bt)
+		runBatch(b, e, reqs)
 	}
+}
+
+// runBatch submits reqs and waits for them, failing b unless all succeed.
+func runBatch(b *testing.B, e *core.Engine, reqs []core.TransferRequest) {
+	bt, err := e.Submit(reqs, core.TransferOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	<-bt.Done()
+	if c, _, err := bt.Status(nil); c != status.OK {
+		b.Fatalf("batch: %v", err)
+	}
+	e.ReleaseBatch(bt)
 }
