@@ -543,13 +543,19 @@ func (b *pvmBatch) splitInto(h *pvmBatch) {
 	b.bytes = acc
 }
 
+// errNoProgress: a process_vm call returned 0 bytes without an error.
+var errNoProgress = errors.New("no progress")
+
 // processVMAll copies every iovec of b, resuming after partial transfers.
 // On failure it returns the index of the first iovec not fully copied.
 // It touches nothing of the job, so two halves may run at once.
 func (t *Transport) processVMAll(op core.Op, pid int, b *pvmBatch) (int, error) {
 	for k := 0; k < len(b.local); {
 		n, err := processVM(op, pid, b.local[k:], b.remote[k:])
-		if err != nil || n <= 0 {
+		if err == nil && n <= 0 {
+			err = errNoProgress
+		}
+		if err != nil {
 			return k, err
 		}
 		t.bytesPVM.Add(int64(n))
@@ -600,7 +606,7 @@ func (j *job) pvmError(op core.Op, err error) error {
 		call = "process_vm_readv"
 	}
 	switch {
-	case err == nil:
+	case errors.Is(err, errNoProgress):
 		return status.Errorf(status.TransportError, "shm: %s on %s (pid %d) made no progress", call, c.cl.name, c.pid)
 	case errors.Is(err, unix.EPERM) || errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOSYS):
 		j.t.denyPVM(c.cl.inc)

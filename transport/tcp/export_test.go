@@ -18,6 +18,8 @@ func (t *Transport) Raw(addr string, incarnation uint64, op core.Op, local, remo
 	}
 	states := []reqState{{t: t, raw: make(chan error, 1), op: o, local: local, remote: remote, n: n,
 		deadline: time.Now().Add(timeout)}}
+	states[0].prepare(false)
+	t.inflight.Add(1)
 	t.start(states, func(int) (peerKey, string) { return peerKey{addr: addr, incarnation: incarnation}, "" })
 	return <-states[0].raw
 }

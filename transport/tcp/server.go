@@ -172,6 +172,7 @@ func (s *server) write(h reqHeader) error {
 	err := core.DeviceStager.ToDevice(h.addr, stage)
 	s.e.Release(region)
 	if err != nil {
+		s.t.rejected.Add(1)
 		s.reply(h, err, nil, 0)
 		return nil
 	}

@@ -23,10 +23,6 @@ var errGone = errors.New("tcp: request ended while staging")
 // GPU, then sent; a READ piece is received, then copied to the GPU. Each
 // request counts as one chunk, done when its last piece is.
 func (t *Transport) startStaged(states []reqState, key func(i int) (peerKey, string)) {
-	t.inflight.Add(int64(len(states)))
-	for i := range states {
-		states[i].remaining = 1
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -72,14 +68,22 @@ func (t *Transport) stageOne(s *reqState, buf []byte, k peerKey, name string) er
 		if s.isDead() {
 			return errGone
 		}
+		if t.isClosed() { // no GPU copy for a piece that cannot be sent
+			return core.ErrUninstalled
+		}
 		n := min(uint64(len(buf)), s.n-off)
 		piece := buf[:n]
 		if s.op == opWrite {
 			if err := s.onDevice(func() error { return core.DeviceStager.ToHost(piece, s.local+off) }); err != nil {
 				return err
 			}
+			if s.isDead() { // canceled during the copy: do not send it
+				return errGone
+			}
 		}
 		sub := []reqState{{t: t, raw: make(chan error, 1), op: s.op, local: host, remote: s.remote + off, n: n, deadline: s.deadline}}
+		sub[0].prepare(false)
+		t.inflight.Add(1)
 		t.start(sub, func(int) (peerKey, string) { return k, name })
 		if err := <-sub[0].raw; err != nil {
 			return err
@@ -107,4 +111,10 @@ func (s *reqState) onDevice(copy func() error) error {
 		return status.Errorf(status.CodeOf(err), "tcp: staging through host memory: %w", err)
 	}
 	return nil
+}
+
+func (t *Transport) isClosed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
 }

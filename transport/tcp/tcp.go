@@ -62,6 +62,7 @@ type Transport struct {
 	rejected   atomic.Int64
 	stageBufs  atomic.Int64 // staging buffers mapped (both sides)
 	staged     atomic.Int64 // bytes copied through them
+	canceled   atomic.Int64 // requests Cancel found in flight
 }
 
 // New returns an uninstalled tcp transport.
@@ -148,7 +149,10 @@ func (t *Transport) Submit(reqs []*core.Request) {
 			op = opRead
 		}
 		states[i] = reqState{t: t, r: r, op: op, local: r.Local, remote: r.Remote, n: r.Len, deadline: r.Deadline}
+		states[i].prepare(i >= direct)
 	}
+	// Counted and prepared before Cancel can find them.
+	t.inflight.Add(int64(len(states)))
 	t.reqMu.Lock()
 	for i, r := range order {
 		t.reqs[r] = &states[i]
@@ -177,6 +181,7 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 		}
 	}
 	t.reqMu.Unlock()
+	t.canceled.Add(int64(len(states)))
 	for _, s := range states {
 		s.kill(errCanceled)
 	}
@@ -201,15 +206,23 @@ type pool struct {
 	spill [][]*chunk
 }
 
-// start splits the requests into chunks and queues them. key gives the
-// peer of request i.
+// prepare sets the chunks the request will count down: one for a request
+// that is staged (its pieces are requests of their own), else one per
+// chunkSize bytes. The caller counts it in t.inflight, before anything
+// else can see it.
+func (s *reqState) prepare(staged bool) {
+	s.remaining = 1
+	if !staged {
+		s.remaining = int((s.n + chunkSize - 1) / chunkSize)
+	}
+}
+
+// start splits prepared requests into chunks and queues them. key gives
+// the peer of request i.
 func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) {
-	t.inflight.Add(int64(len(states)))
 	total := 0
 	for i := range states {
-		s := &states[i]
-		s.remaining = int((s.n + chunkSize - 1) / chunkSize)
-		total += s.remaining
+		total += int((states[i].n + chunkSize - 1) / chunkSize)
 	}
 	chunks := make([]chunk, total)
 	var failed []*reqState
@@ -404,6 +417,7 @@ func (t *Transport) Stats() map[string]int64 {
 		"receive_buffers":    t.buffersInUse(),
 		"staging_buffers":    t.stageBufs.Load(),
 		"bytes_staged":       t.staged.Load(),
+		"canceled":           t.canceled.Load(),
 	}
 }
 

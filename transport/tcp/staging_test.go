@@ -1,0 +1,144 @@
+package tcp_test
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/status"
+)
+
+// gateStager stands in for the CUDA driver: "GPU memory" is host memory
+// registered with location cuda:0, and every copy first waits at the gate
+// (when one is set), so tests can cancel or uninstall while a copy runs.
+type gateStager struct {
+	calls   atomic.Int32
+	entered chan struct{} // one send per copy that reaches the gate
+	gate    chan struct{} // closed to let copies through; nil: no gate
+}
+
+func (g *gateStager) Ready() bool { return true }
+
+func (g *gateStager) wait() {
+	g.calls.Add(1)
+	if g.gate != nil {
+		g.entered <- struct{}{}
+		<-g.gate
+	}
+}
+
+func (g *gateStager) ToHost(dst []byte, src uint64) error {
+	g.wait()
+	copy(dst, memory.Bytes(src, uint64(len(dst))))
+	return nil
+}
+
+func (g *gateStager) ToDevice(dst uint64, src []byte) error {
+	g.wait()
+	copy(memory.Bytes(dst, uint64(len(src))), src)
+	return nil
+}
+
+func useStager(t *testing.T, g *gateStager) {
+	old := core.DeviceStager
+	core.DeviceStager = g
+	t.Cleanup(func() { core.DeviceStager = old })
+}
+
+// gpuLike registers n bytes of mmap'd host memory as cuda:0, which is how
+// the transport sees GPU memory.
+func gpuLike(t *testing.T, e *core.Engine, n int) []byte {
+	t.Helper()
+	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = unix.Munmap(b) })
+	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: uint64(n), Location: "cuda:0"}, 0)
+	require.NoError(t, err)
+	require.True(t, r.Loc.IsCUDA())
+	return b
+}
+
+// Requests on local GPU memory go through host staging buffers, in pieces,
+// and say so; cancel and uninstall while a staging copy runs end the
+// batch without another GPU copy, and every staging buffer and goroutine
+// is released.
+func TestStaging(t *testing.T) {
+	const size = 9<<20 + 7 // three pieces of at most 4 MiB
+	peer := peertest.Start(t, peertest.Config{Transports: []string{"tcp"},
+		Buffers: []peertest.Buffer{{Size: 4 * size, Perm: rw}}})
+	g := &gateStager{}
+	useStager(t, g)
+	e, tr := newEngine(t, core.Options{})
+	gpu := gpuLike(t, e, 4*size)
+	seg, err := e.OpenSegment(peer.Name)
+	require.NoError(t, err)
+	remote := peer.Buffers[0].Addr
+	req := func(op core.Op, i int) core.TransferRequest {
+		return core.TransferRequest{Op: op, Local: memory.Addr(gpu) + uint64(i*size), Segment: seg,
+			Remote: remote + uint64(i*size), Len: size}
+	}
+
+	t.Run("data", func(t *testing.T) {
+		copy(gpu, peertest.Pattern(11, 4*size))
+		code, st, err := run(t, e, []core.TransferRequest{req(core.OpWrite, 0), req(core.OpWrite, 1)}, 10*time.Second)
+		require.Equal(t, status.OK, code, "%v", err)
+		for _, s := range st {
+			require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportTCP, Bytes: size, Flags: core.FlagStaged}, s)
+		}
+		want := peertest.Pattern(11, 4*size)[:2*size]
+		clear(gpu)
+		code, st, err = run(t, e, []core.TransferRequest{req(core.OpRead, 0), req(core.OpRead, 1)}, 10*time.Second)
+		require.Equal(t, status.OK, code, "%v", err)
+		require.Equal(t, core.FlagStaged, st[1].Flags)
+		require.Equal(t, want, gpu[:2*size])
+		require.EqualValues(t, 12, g.calls.Load(), "3 pieces x 2 requests x 2 directions")
+		require.Zero(t, tr.Stats()["staging_buffers"])
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		g.calls.Store(0)
+		g.entered, g.gate = make(chan struct{}, 1), make(chan struct{})
+		b, err := e.Submit([]core.TransferRequest{req(core.OpWrite, 0), req(core.OpWrite, 1)}, core.TransferOptions{})
+		require.NoError(t, err)
+		<-g.entered // inside the first GPU copy
+		canceled := tr.Stats()["canceled"]
+		settled := make(chan bool, 1)
+		go func() { settled <- b.Cancel() }() // returns once the transport lets go
+		require.Eventually(t, func() bool { return tr.Stats()["canceled"] == canceled+2 }, 5*time.Second, time.Millisecond)
+		close(g.gate)
+		require.True(t, <-settled)
+		code, _ := b.Wait(10 * time.Second)
+		require.Equal(t, status.Canceled, code)
+		e.ReleaseBatch(b)
+		require.Eventually(t, func() bool { return tr.Stats()["staging_buffers"] == 0 }, 5*time.Second, time.Millisecond)
+		require.EqualValues(t, 1, g.calls.Load(), "no GPU copy after the cancel")
+	})
+
+	t.Run("uninstall", func(t *testing.T) {
+		g.calls.Store(0)
+		g.entered, g.gate = make(chan struct{}, 1), make(chan struct{})
+		b, err := e.Submit([]core.TransferRequest{req(core.OpWrite, 0), req(core.OpWrite, 1), req(core.OpWrite, 2)}, core.TransferOptions{})
+		require.NoError(t, err)
+		<-g.entered
+		require.Positive(t, tr.Stats()["connections"], "the earlier batches' connections")
+		done := make(chan error, 1)
+		go func() { done <- e.Uninstall("tcp") }()
+		// Uninstall closes the connections once it has marked the transport
+		// closed; it then waits for the staging goroutine, held at the gate.
+		require.Eventually(t, func() bool { return tr.Stats()["connections"] == 0 }, 5*time.Second, time.Millisecond)
+		close(g.gate)
+		require.NoError(t, <-done)
+		code, _ := b.Wait(10 * time.Second)
+		require.Equal(t, status.Closed, code)
+		e.ReleaseBatch(b)
+		require.EqualValues(t, 1, g.calls.Load(), "no GPU copy for pieces that cannot be sent")
+		requireIdle(t, tr)
+		require.Zero(t, tr.Stats()["staging_buffers"])
+	})
+}
