@@ -178,6 +178,8 @@ $(BUILD)/wheel.stamp: $(LIB) $(HEADER) $(PY_SRCS) $(VENV_BUILD)/.stamp
 wheel: $(BUILD)/wheel.stamp
 
 test-python: wheel $(VENV_TEST)/.stamp
+	$(VENV_TEST)/bin/python -m pip install -q mypy==2.4.1
+	cd python && $(CURDIR)/$(VENV_TEST)/bin/python -m mypy   # the package's type hints ([tool.mypy] in pyproject.toml)
 	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
 	cd tests/python && TENT_WHEEL="$$(ls $(CURDIR)/$(WHEEL_GLOB))" TENT_SOURCE_DIR=$(CURDIR) \
 	  $(CURDIR)/$(VENV_TEST)/bin/python -m pytest -q -p no:cacheprovider .

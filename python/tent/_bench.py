@@ -961,20 +961,25 @@ def make_parser(prog: str) -> argparse.ArgumentParser:
     return p
 
 
+def replay(args: argparse.Namespace) -> int:
+    """--from-json: the table (and plot) of an earlier run's JSON lines."""
+    records, limits, notes, meta = read_jsonl(args.from_json)
+    if meta:
+        print(f"{meta.get('tool', 'tent-bench')} ({meta.get('impl', '?')}) {meta.get('date', '')} "
+              f"on {meta.get('machine', {}).get('cpu', '?')}")
+    print_limits(limits, notes)
+    table(records, limits)
+    if args.plot:
+        msg = plot(records, limits, args.plot)
+        print(msg or f"plot: {args.plot}", file=sys.stderr if msg else sys.stdout)
+    return 0
+
+
 def main(args: argparse.Namespace) -> int:
     if args.role == "target":
         return target_main(args)
     if args.from_json:
-        points, limits, notes, meta = read_jsonl(args.from_json)
-        if meta:
-            print(f"{meta.get('tool', 'tent-bench')} ({meta.get('impl', '?')}) {meta.get('date', '')} "
-                  f"on {meta.get('machine', {}).get('cpu', '?')}")
-        print_limits(limits, notes)
-        table(points, limits)
-        if args.plot:
-            msg = plot(points, limits, args.plot)
-            print(msg or f"plot: {args.plot}", file=sys.stderr if msg else sys.stdout)
-        return 0
+        return replay(args)
     if args.role == "initiator" and not args.target:
         print("tent-bench: --role initiator needs --target NAME", file=sys.stderr)
         return 2
@@ -1006,10 +1011,10 @@ def main(args: argparse.Namespace) -> int:
                         runner.emit({"type": "limit", "kind": "memcpy", "block_size": b, "gbps": g,
                                      "how": "ctypes.memmove, 1 thread"})
                     if want_tcp:
-                        g, note = iperf3_gbps(args.iperf3_seconds)
-                        runner.emit({"type": "limit", "kind": "iperf3", "when": "before", "gbps": g, "note": note})
-                        if g:
-                            limits["iperf3"].append(g)
+                        ig, note = iperf3_gbps(args.iperf3_seconds)
+                        runner.emit({"type": "limit", "kind": "iperf3", "when": "before", "gbps": ig, "note": note})
+                        if ig:
+                            limits["iperf3"].append(ig)
                         else:
                             notes.append(note)
                 prog = Progress(len(points), progress_on)
@@ -1027,7 +1032,7 @@ def main(args: argparse.Namespace) -> int:
                         failures += 1
                         tc = runner.targets.get("remote")
                         why = tc.crashed() if tc is not None else None
-                        if why:
+                        if why and tc is not None:
                             rec["target_crash"] = why
                             crashes += 1
                             runner.targets.pop("remote").seg.close()
@@ -1037,10 +1042,10 @@ def main(args: argparse.Namespace) -> int:
                     prog.done += 1
                 prog.finish()
                 if args.limits and want_tcp and shutil.which("iperf3"):
-                    g, note = iperf3_gbps(args.iperf3_seconds)
-                    runner.emit({"type": "limit", "kind": "iperf3", "when": "after", "gbps": g, "note": note})
-                    if g:
-                        limits["iperf3"].append(g)
+                    ig, note = iperf3_gbps(args.iperf3_seconds)
+                    runner.emit({"type": "limit", "kind": "iperf3", "when": "after", "gbps": ig, "note": note})
+                    if ig:
+                        limits["iperf3"].append(ig)
                     else:
                         notes.append(note)
             finally:
