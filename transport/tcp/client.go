@@ -37,6 +37,7 @@ type conn struct {
 	err      error     // why it died
 	deadline time.Time // the socket's deadline: the earliest of the chunks held, or zero
 	nextID   uint64
+	lastUsed time.Time             // when a chunk was last queued or answered
 	reading  atomic.Pointer[chunk] // the reader's chunk in hand, if any
 
 	iov iovec // the writer's
@@ -66,6 +67,7 @@ func (c *conn) enqueue(cs []*chunk) bool {
 		c.queue.push(ch)
 		c.lowerDeadlineLocked(ch.s.deadline)
 	}
+	c.lastUsed = time.Now()
 	if !c.started {
 		// The writer dials first, by the deadline of what it carries.
 		c.started = true
@@ -159,6 +161,32 @@ func (c *conn) fail(err error) {
 		ch.s.chunkDone(chunkErr(ch, err), false)
 	}
 }
+
+// closeIfIdle closes the connection if it holds no chunk and has not been
+// used since before, and reports whether it did. Checking and marking it
+// dead happen under one lock, so a chunk is either refused by enqueue (and
+// goes to a new connection) or keeps the connection open.
+func (c *conn) closeIfIdle(before time.Time) bool {
+	c.mu.Lock()
+	if c.dead || !c.started || c.queue.len() > 0 || c.sent.len() > 0 || c.reading.Load() != nil ||
+		c.lastUsed.After(before) {
+		c.mu.Unlock()
+		return false
+	}
+	c.dead, c.err = true, errIdle
+	nc := c.nc
+	c.wake.Broadcast()
+	c.mu.Unlock()
+	if nc != nil {
+		nc.Close() // the reader sees the error and leaves: the connection is already dead
+	}
+	c.t.conns.Add(-1)
+	c.t.dropConn(c)
+	c.t.idleClosed.Add(1)
+	return true
+}
+
+var errIdle = status.Errorf(status.Closed, "tcp: connection closed after being idle")
 
 // cause is the error that ended the connection (which is what a socket
 // error after that means), or err while it lives.
@@ -344,6 +372,7 @@ func (c *conn) readLoop(nc net.Conn) {
 		}
 		c.sent.pop()
 		c.reading.Store(ch)
+		c.lastUsed = time.Now()
 		c.mu.Unlock()
 		if h.flags&replyStaged != 0 {
 			ch.s.markStaged()

@@ -148,6 +148,13 @@
 //
 // # Lifetimes
 //
+// A connection that has carried nothing for two minutes (no chunk queued,
+// sent or being answered) is closed by a reaper goroutine, which runs
+// only while the transport has connections; the next request to that
+// peer dials again. Marking a connection idle-dead and refusing new chunks
+// happen under its lock, so a chunk never lands on a connection closed
+// for idleness. Stats counts them as idle_closed.
+//
 // Uninstall stops the engine from passing data connections to the
 // transport, cancels dials, closes every connection (dialed and accepted),
 // fails the requests in flight with core.ErrUninstalled and waits for

@@ -74,3 +74,10 @@ func EncodeReplyHeader(h replyHeader) []byte {
 	putReplyHeader(b, h)
 	return b
 }
+
+// SetIdleTimeout changes how long a connection may stay idle, for
+// transports installed afterwards; the returned function restores it.
+func SetIdleTimeout(d time.Duration) (restore func()) {
+	old := idleTimeout.Swap(int64(d))
+	return func() { idleTimeout.Store(old) }
+}

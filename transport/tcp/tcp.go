@@ -63,11 +63,66 @@ type Transport struct {
 	stageBufs  atomic.Int64 // staging buffers mapped (both sides)
 	staged     atomic.Int64 // bytes copied through them
 	canceled   atomic.Int64 // requests Cancel found in flight
+	idleClosed atomic.Int64 // connections closed for being idle
+
+	reaping bool          // a reaper goroutine runs (under mu)
+	noConns chan struct{} // dropConn tells the reaper the last connection went
+}
+
+// idleTimeout: a connection to a peer that carried nothing for this long
+// is closed (the next request dials again), so a long-lived engine that
+// talked to many peers does not keep their sockets. Tests shorten it.
+var idleTimeout atomic.Int64
+
+func init() { idleTimeout.Store(int64(2 * time.Minute)) }
+
+// reapLocked starts the reaper if none runs; t.mu is held. The reaper
+// lives while there are connections, and leaves with the last one.
+func (t *Transport) reapLocked() {
+	if t.reaping || t.closed {
+		return
+	}
+	t.reaping = true
+	t.goroutine(t.reap)
+}
+
+func (t *Transport) reap() {
+	idle := time.Duration(idleTimeout.Load())
+	tick := time.NewTicker(max(idle/4, time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.ctx.Done():
+			return
+		case <-tick.C:
+		case <-t.noConns:
+		}
+		before := time.Now().Add(-idle)
+		t.mu.Lock()
+		var conns []*conn
+		for _, p := range t.pools {
+			for _, c := range p.conns {
+				if c != nil {
+					conns = append(conns, c)
+				}
+			}
+		}
+		if len(conns) == 0 {
+			t.reaping = false
+			t.mu.Unlock()
+			return
+		}
+		t.mu.Unlock()
+		for _, c := range conns {
+			c.closeIfIdle(before)
+		}
+	}
 }
 
 // New returns an uninstalled tcp transport.
 func New() *Transport {
-	return &Transport{pools: map[peerKey]*pool{}, srvConns: map[net.Conn]struct{}{}, reqs: map[*core.Request]*reqState{}}
+	return &Transport{pools: map[peerKey]*pool{}, srvConns: map[net.Conn]struct{}{}, reqs: map[*core.Request]*reqState{},
+		noConns: make(chan struct{}, 1)}
 }
 
 func (t *Transport) Name() string                          { return "tcp" }
@@ -312,6 +367,7 @@ func (t *Transport) connLocked(p *pool, i int) *conn {
 	}
 	c := newConn(t, p, i)
 	p.conns[i] = c
+	t.reapLocked()
 	return c
 }
 
@@ -332,6 +388,12 @@ func (t *Transport) dropConn(c *conn) {
 		}
 	}
 	delete(t.pools, p.key)
+	if len(t.pools) == 0 {
+		select {
+		case t.noConns <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (t *Transport) goroutine(f func()) {
@@ -418,6 +480,7 @@ func (t *Transport) Stats() map[string]int64 {
 		"staging_buffers":    t.stageBufs.Load(),
 		"bytes_staged":       t.staged.Load(),
 		"canceled":           t.canceled.Load(),
+		"idle_closed":        t.idleClosed.Load(),
 	}
 }
 
