@@ -161,26 +161,17 @@ def test_batch_bad_arguments(setup):
         engine.transfer(np.stack([good, good]))
     with pytest.raises(tent.InvalidArgument):
         engine.transfer(np.concatenate([good, good])[::2])
-    bad = good.copy()
-    bad["opcode"][1] = 7
-    with pytest.raises(tent.InvalidArgument):
-        engine.transfer(bad)
-    bad = good.copy()
-    bad["reserved"][0] = 1
-    with pytest.raises(tent.InvalidArgument):
-        engine.transfer(bad)
-    bad = good.copy()
-    bad["segment"][1] = 0xDEAD
-    with pytest.raises(tent.InvalidHandle):
-        engine.transfer(bad)
-    bad = good.copy()
-    bad["length"][0] = 0
-    with pytest.raises(tent.InvalidArgument):
-        engine.transfer(bad)
-    bad = good.copy()
-    bad["local_addr"][0] = 0x1000
-    with pytest.raises(tent.NotRegistered):
-        engine.transfer(bad)
+    for field, index, value, error in [
+        ("opcode", 1, 7, tent.InvalidArgument),
+        ("reserved", 0, 1, tent.InvalidArgument),
+        ("segment", 1, 0xDEAD, tent.InvalidHandle),
+        ("length", 0, 0, tent.InvalidArgument),
+        ("local_addr", 0, 0x1000, tent.NotRegistered),
+    ]:
+        bad = good.copy()
+        bad[field][index] = value
+        with pytest.raises(error):
+            engine.transfer(bad)
     with pytest.raises(tent.InvalidArgument):
         engine.transfer(good, notify=b"x" * 70000)
     with pytest.raises(tent.InvalidArgument):
