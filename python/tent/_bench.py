@@ -1001,6 +1001,16 @@ def main(args: argparse.Namespace) -> int:
         with eng.Engine(**_engine_kwargs(args)) as engine:
             runner = Runner(args, engine, out)
             runner.emit(meta)
+
+            def measure_iperf3(when: str) -> None:
+                """One iperf3 stream over loopback, recorded as a limit (or why not)."""
+                gbps, note = iperf3_gbps(args.iperf3_seconds)
+                runner.emit({"type": "limit", "kind": "iperf3", "when": when, "gbps": gbps, "note": note})
+                if gbps:
+                    limits["iperf3"].append(gbps)
+                else:
+                    notes.append(note)
+
             try:
                 want_tcp = any(p.transport == "tcp" for p in points)
                 copy_blocks = sorted({p.block for p in points if p.transport in ("local", "shm")})
@@ -1011,12 +1021,7 @@ def main(args: argparse.Namespace) -> int:
                         runner.emit({"type": "limit", "kind": "memcpy", "block_size": b, "gbps": g,
                                      "how": "ctypes.memmove, 1 thread"})
                     if want_tcp:
-                        ig, note = iperf3_gbps(args.iperf3_seconds)
-                        runner.emit({"type": "limit", "kind": "iperf3", "when": "before", "gbps": ig, "note": note})
-                        if ig:
-                            limits["iperf3"].append(ig)
-                        else:
-                            notes.append(note)
+                        measure_iperf3("before")
                 prog = Progress(len(points), progress_on)
                 for p in points:
                     prog.show(p.label(), force=True)
@@ -1042,12 +1047,7 @@ def main(args: argparse.Namespace) -> int:
                     prog.done += 1
                 prog.finish()
                 if args.limits and want_tcp and shutil.which("iperf3"):
-                    ig, note = iperf3_gbps(args.iperf3_seconds)
-                    runner.emit({"type": "limit", "kind": "iperf3", "when": "after", "gbps": ig, "note": note})
-                    if ig:
-                        limits["iperf3"].append(ig)
-                    else:
-                        notes.append(note)
+                    measure_iperf3("after")
             finally:
                 runner.close()
         # fractions with the final limits (iperf3: mean of before and after)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
-	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -18,13 +17,11 @@ import (
 // reaper leaves with the last of them, and the next request dials again.
 func TestIdleConnectionsClosed(t *testing.T) {
 	defer tcp.SetIdleTimeout(50 * time.Millisecond)()
-	peer := peertest.Start(t, peertest.Config{Transports: []string{"tcp"},
-		Buffers: []peertest.Buffer{{Size: 4 << 20, Perm: rw}}})
+	peer := startPeer(t, 4<<20)
 	fds, goroutines := fdCount(t), runtime.NumGoroutine()
 	e, tr := newEngine(t, core.Options{})
 	local := register(t, e, 4<<20, 0)
-	seg, err := e.OpenSegment(peer.Name)
-	require.NoError(t, err)
+	seg := openSegment(t, e, peer.Name)
 	moveAll := func() {
 		t.Helper()
 		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
@@ -51,12 +48,10 @@ func TestIdleConnectionsClosed(t *testing.T) {
 // connection or a new one, never a connection closed for idleness.
 func TestIdleReapUnderLoad(t *testing.T) {
 	defer tcp.SetIdleTimeout(time.Nanosecond)()
-	peer := peertest.Start(t, peertest.Config{Transports: []string{"tcp"},
-		Buffers: []peertest.Buffer{{Size: 32 << 20, Perm: rw}}})
+	peer := startPeer(t, 32<<20)
 	e, tr := newEngine(t, core.Options{})
 	local := register(t, e, 32<<20, 0)
-	seg, err := e.OpenSegment(peer.Name)
-	require.NoError(t, err)
+	seg := openSegment(t, e, peer.Name)
 	stop := make(chan struct{})
 	wait := load(t, e, seg, memory.Addr(local), peer.Buffers[0].Addr, stop) // only OK is accepted
 	require.Eventually(t, func() bool { return tr.Stats()["idle_closed"] >= 20 }, 20*time.Second, time.Millisecond)

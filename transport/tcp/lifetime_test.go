@@ -193,12 +193,10 @@ func TestTargetUninstallUnderLoad(t *testing.T) {
 // request at once, and afterwards writes nothing into the local memory,
 // although the peer's replies are still arriving.
 func TestCancel(t *testing.T) {
-	peer := peertest.Start(t, peertest.Config{Transports: []string{"tcp"},
-		Buffers: []peertest.Buffer{{Size: 16 << 20, Perm: rw}}})
+	peer := startPeer(t, 16<<20)
 	e, tr := newEngine(t, core.Options{})
 	local := register(t, e, 64<<20, 0)
-	seg, err := e.OpenSegment(peer.Name)
-	require.NoError(t, err)
+	seg := openSegment(t, e, peer.Name)
 	for _, op := range []core.Op{core.OpRead, core.OpWrite} {
 		reqs := make([]core.TransferRequest, 64)
 		for i := range reqs {

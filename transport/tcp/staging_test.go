@@ -70,14 +70,12 @@ func gpuLike(t *testing.T, e *core.Engine, n int) []byte {
 // is released.
 func TestStaging(t *testing.T) {
 	const size = 9<<20 + 7 // three pieces of at most 4 MiB
-	peer := peertest.Start(t, peertest.Config{Transports: []string{"tcp"},
-		Buffers: []peertest.Buffer{{Size: 4 * size, Perm: rw}}})
+	peer := startPeer(t, 4*size)
 	g := &gateStager{}
 	useStager(t, g)
 	e, tr := newEngine(t, core.Options{})
 	gpu := gpuLike(t, e, 4*size)
-	seg, err := e.OpenSegment(peer.Name)
-	require.NoError(t, err)
+	seg := openSegment(t, e, peer.Name)
 	remote := peer.Buffers[0].Addr
 	req := func(op core.Op, i int) core.TransferRequest {
 		return core.TransferRequest{Op: op, Local: memory.Addr(gpu) + uint64(i*size), Segment: seg,

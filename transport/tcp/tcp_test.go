@@ -38,6 +38,22 @@ func newEngine(t testing.TB, opts core.Options) (*core.Engine, *tcp.Transport) {
 	return e, tr
 }
 
+// startPeer starts a peer process serving tcp with one read-write buffer
+// of size bytes.
+func startPeer(t testing.TB, size int) *peertest.Peer {
+	t.Helper()
+	return peertest.Start(t, peertest.Config{Transports: []string{"tcp"},
+		Buffers: []peertest.Buffer{{Size: uint64(size), Perm: rw}}})
+}
+
+// openSegment opens the segment of the peer named name.
+func openSegment(t testing.TB, e *core.Engine, name string) *core.Segment {
+	t.Helper()
+	seg, err := e.OpenSegment(name)
+	require.NoError(t, err)
+	return seg
+}
+
 // register returns a registered buffer of n bytes.
 func register(t testing.TB, e *core.Engine, n int, perm core.Perm) []byte {
 	t.Helper()
