@@ -1,6 +1,7 @@
 package tcp_test
 
 import (
+	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -96,6 +97,20 @@ func TestStaging(t *testing.T) {
 		require.Equal(t, core.FlagStaged, st[1].Flags)
 		require.Equal(t, want, gpu[:2*size])
 		require.EqualValues(t, 12, g.calls.Load(), "3 pieces x 2 requests x 2 directions")
+		require.Zero(t, tr.Stats()["staging_buffers"])
+	})
+
+	t.Run("target cannot stage", func(t *testing.T) {
+		// The peer has GPU memory but no CUDA support to stage it with.
+		addr, err := peer.Cmd("gpulike %d", 1<<20)
+		require.NoError(t, err)
+		remoteGPU, err := strconv.ParseUint(addr, 10, 64)
+		require.NoError(t, err)
+		code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(gpu), Segment: seg,
+			Remote: remoteGPU, Len: 1 << 20}}, 10*time.Second)
+		require.Equal(t, status.Unsupported, code)
+		require.Equal(t, core.TransportTCP, st[0].Transport)
+		require.ErrorContains(t, err, "no CUDA driver to stage")
 		require.Zero(t, tr.Stats()["staging_buffers"])
 	})
 

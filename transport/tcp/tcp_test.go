@@ -5,10 +5,12 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
@@ -19,6 +21,21 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// gpulike SIZE: SIZE bytes of host memory registered as cuda:0 in a
+	// peer without CUDA support; answers the address.
+	peertest.Commands["gpulike"] = func(e *core.Engine, args []string) (string, error) {
+		size, err := strconv.Atoi(args[0])
+		if err != nil {
+			return "", err
+		}
+		b, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			return "", err
+		}
+		addr := memory.Addr(b)
+		_, err = e.Register(core.RegionDesc{Addr: addr, Len: uint64(size), Location: "cuda:0"}, rw)
+		return strconv.FormatUint(addr, 10), err
+	}
 	peertest.Main()
 	os.Exit(m.Run())
 }
