@@ -57,17 +57,27 @@ func RegisterAllocator(kind string, f AllocFunc) {
 // maxAlloc keeps a typo from asking the kernel for exabytes.
 const maxAlloc = 1 << 46
 
-// allocHost maps a memfd, so same-host peers can map the same pages.
+// memfdSeals fix a shared memfd's size: a peer holding the descriptor can
+// then neither shrink it (which would make the target's own accesses fault
+// with SIGBUS) nor grow it, and F_SEAL_SEAL keeps it from adding seals
+// (F_SEAL_FUTURE_WRITE would stop other peers from mapping it writable).
+const memfdSeals = unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// allocHost maps a sealed memfd, so same-host peers can map the same pages.
 func allocHost(size uint64, loc Location) (*Allocation, error) {
 	page := uint64(unix.Getpagesize())
 	size = (size + page - 1) &^ (page - 1)
-	fd, err := unix.MemfdCreate("tent-alloc", unix.MFD_CLOEXEC)
+	fd, err := unix.MemfdCreate("tent-alloc", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, status.Errorf(status.NoMemory, "memfd_create: %w", err)
 	}
 	if err := unix.Ftruncate(fd, int64(size)); err != nil {
 		unix.Close(fd)
 		return nil, status.Errorf(status.NoMemory, "ftruncate memfd to %d bytes: %w", size, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_ADD_SEALS, memfdSeals); err != nil {
+		unix.Close(fd)
+		return nil, status.Errorf(status.Internal, "sealing memfd: %w", err)
 	}
 	mem, err := unix.Mmap(fd, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 	if err != nil {

@@ -58,6 +58,19 @@ func (r *Region) Contains(addr, n uint64) bool {
 	return addr >= r.Addr && n <= r.Len && addr-r.Addr <= r.Len-n
 }
 
+// HandleShareable reports whether a handle to the region's memory (a memfd,
+// a CUDA POSIX fd or FABRIC handle) may be given to a peer. Such a handle is
+// a capability over the whole allocation for as long as the peer keeps it:
+// a memfd opened read-only can be reopened read-write through
+// /proc/self/fd, and a CUDA import is mapped with whatever access the
+// importer asks for. So only a whole engine allocation whose registration
+// permits both remote read and remote write is shareable; everything else
+// is served by paths that check each request (tcp, process_vm).
+func (r *Region) HandleShareable() bool {
+	a := r.Alloc
+	return a != nil && r.Perm&permAll == permAll && r.Addr == a.Addr && r.Len == a.Size
+}
+
 // release drops one user taken by acquire.
 func (r *Region) release() {
 	if r.users.Add(-1) == 0 && r.closing.Load() {

@@ -255,21 +255,30 @@ func (cl *client) dial(deadline time.Time) (*conn, error) {
 // needs, valid in this process's pid namespace whatever the descriptor
 // says (0 if the peer is not visible in it).
 func peerPID(uc *net.UnixConn) (int, error) {
-	raw, err := uc.SyscallConn()
+	cred, err := peerCred(uc)
 	if err != nil {
 		return 0, err
+	}
+	return int(cred.Pid), nil // 0 when the peer's pid namespace is not ours: no process_vm
+}
+
+// peerCred returns the kernel's SO_PEERCRED answer for uc.
+func peerCred(uc *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return nil, err
 	}
 	var cred *unix.Ucred
 	var cerr error
 	if err := raw.Control(func(fd uintptr) {
 		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
 	}); err != nil {
-		return 0, err
+		return nil, err
 	}
 	if cerr != nil {
-		return 0, status.Errorf(status.TransportError, "shm: SO_PEERCRED: %w", cerr)
+		return nil, status.Errorf(status.TransportError, "shm: SO_PEERCRED: %w", cerr)
 	}
-	return int(cred.Pid), nil // 0 when the peer's pid namespace is not ours: no process_vm
+	return cred, nil
 }
 
 func (c *conn) isDead() bool {
@@ -419,7 +428,7 @@ func (c *conn) release(id uint64) {
 // handing them to their waiter) and revokes, until the connection dies.
 func (c *conn) readLoop() {
 	t := c.t
-	fr := newFDReader(c.c, &t.fds)
+	fr := newFDReader(c.c, &t.fds, &t.fdsReceived)
 	defer func() {
 		fr.closeAll()
 		t.mu.Lock()

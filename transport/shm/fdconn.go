@@ -25,14 +25,16 @@ type fdReader struct {
 	oob  []byte
 	fds  []int
 	held *atomic.Int64 // the transport's count of received, unclosed fds
+	recv *atomic.Int64 // the transport's count of fds ever received
 }
 
-func newFDReader(c *net.UnixConn, held *atomic.Int64) *fdReader {
+func newFDReader(c *net.UnixConn, held, recv *atomic.Int64) *fdReader {
 	return &fdReader{
 		c:    c,
 		buf:  make([]byte, 64<<10),
 		oob:  make([]byte, unix.CmsgSpace(2*maxGrantFDs*4)),
 		held: held,
+		recv: recv,
 	}
 }
 
@@ -74,6 +76,7 @@ func (f *fdReader) collect(oob []byte) error {
 			continue
 		}
 		f.held.Add(int64(len(fds)))
+		f.recv.Add(int64(len(fds)))
 		f.fds = append(f.fds, fds...)
 	}
 	return bad

@@ -23,6 +23,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	peertest.Commands["attack"] = attackCmd
 	peertest.Main()
 	os.Exit(m.Run())
 }
@@ -180,6 +181,7 @@ type rawClient struct {
 	c    *net.UnixConn
 	fr   *fdReader
 	held atomic.Int64
+	recv atomic.Int64
 }
 
 func dialRaw(t testing.TB, addr string, secret []byte) (*rawClient, error) {
@@ -192,7 +194,7 @@ func dialRaw(t testing.TB, addr string, secret []byte) (*rawClient, error) {
 		return nil, err
 	}
 	rc := &rawClient{c: uc}
-	rc.fr = newFDReader(uc, &rc.held)
+	rc.fr = newFDReader(uc, &rc.held, &rc.recv)
 	t.Cleanup(func() { rc.fr.closeAll(); uc.Close() })
 	return rc, nil
 }

@@ -6,6 +6,7 @@ import (
 	"bufio"
 	"fmt"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -28,6 +29,11 @@ type serverConn struct {
 	closed bool
 	leases map[uint64]*lease
 	sent   map[uint64]struct{} // allocation ids
+
+	// shareFDs: the peer runs as our uid or as root (SO_PEERCRED), so it
+	// may be sent memfds. Any other peer is served by process_vm only,
+	// which the kernel refuses it unless it may ptrace us anyway.
+	shareFDs bool
 }
 
 // lease pins the regions of the granted entries until it is released,
@@ -78,6 +84,9 @@ func (sc *serverConn) serve() {
 	})
 	if err != nil || kind != kindShm {
 		return
+	}
+	if cred, err := peerCred(sc.c); err == nil {
+		sc.shareFDs = mayShareFDs(cred.Uid, uint32(os.Getuid()))
 	}
 	br := bufio.NewReaderSize(sc.c, 64<<10)
 	var (
@@ -144,7 +153,6 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 	var (
 		fds    []grantFD
 		rawFDs []int
-		toShut []int // read-only reopened descriptors, closed after sending
 	)
 	granted := 0
 	for i, en := range m.ents {
@@ -185,8 +193,13 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 		granted++
 		ents[i] = grantEntry{code: status.OK}
 		a := r.Alloc
-		if a == nil || a.FD < 0 || r.Loc.IsCUDA() || r.Perm&core.PermRemoteRead == 0 {
-			continue // process_vm; a mapping needs read access (no write-only mmap)
+		if a == nil || a.FD < 0 || r.Loc.IsCUDA() || !r.HandleShareable() || !sc.shareFDs {
+			// process_vm: the kernel's ptrace check decides, and tent hands
+			// out nothing. A memfd would grant read-write access to the
+			// whole allocation whatever its open mode (it can be reopened
+			// through /proc/self/fd), so it goes only with a read-write
+			// registration of the whole allocation, to a peer of our uid.
+			continue
 		}
 		if sc.hasSent(a.ID) {
 			ents[i].alloc = a.ID
@@ -200,30 +213,14 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 			}
 		}
 		if k < 0 && len(fds) < maxGrantFDs {
-			fd, writable := a.FD, r.Perm&core.PermRemoteWrite != 0
-			if !writable {
-				// A read-only region gets a read-only descriptor, which
-				// cannot be mapped writable.
-				ro, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", a.FD), unix.O_RDONLY|unix.O_CLOEXEC, 0)
-				if err != nil {
-					continue
-				}
-				fd = ro
-				toShut = append(toShut, ro)
-			}
-			fds = append(fds, grantFD{alloc: a.ID, base: a.Addr, size: a.Size, writable: writable})
-			rawFDs = append(rawFDs, fd)
+			fds = append(fds, grantFD{alloc: a.ID, base: a.Addr, size: a.Size, writable: true})
+			rawFDs = append(rawFDs, a.FD)
 			k = len(fds) - 1
 		}
 		if k >= 0 {
 			ents[i].alloc = a.ID
 		}
 	}
-	defer func() {
-		for _, fd := range toShut {
-			_ = unix.Close(fd)
-		}
-	}()
 	gen := t.e.Generation() // after the acquisitions: every granted allocation is registered at gen
 	if granted > 0 {
 		l := &lease{regions: regions, expires: now.Add(ttl + leaseGrace)}
@@ -246,7 +243,17 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 	if len(rawFDs) > 0 {
 		oob = unix.UnixRights(rawFDs...)
 	}
-	return out, ents, sc.write(out, oob)
+	err := sc.write(out, oob)
+	if err == nil {
+		t.fdsSent.Add(int64(len(rawFDs)))
+	}
+	return out, ents, err
+}
+
+// mayShareFDs is the rule for sending memfds: only to a peer of the
+// target's own uid, or to root (which could open them anyway).
+func mayShareFDs(peerUID, ownUID uint32) bool {
+	return peerUID == ownUID || peerUID == 0
 }
 
 func (sc *serverConn) hasSent(id uint64) bool {

@@ -83,6 +83,8 @@ type Transport struct {
 	mappings    atomic.Int64
 	mappedBytes atomic.Int64
 	fds         atomic.Int64 // received and not yet closed
+	fdsReceived atomic.Int64 // memfds ever received (as initiator)
+	fdsSent     atomic.Int64 // memfds ever sent (as target)
 	bytesMapped atomic.Int64
 	bytesPVM    atomic.Int64
 	requests    atomic.Int64
@@ -349,5 +351,7 @@ func (t *Transport) Stats() map[string]int64 {
 		"orphan_grants":      t.orphans.Load(),
 		"revoked":            t.revoked.Load(),
 		"invalidated":        t.invalidated.Load(),
+		"fds_received":       t.fdsReceived.Load(),
+		"fds_sent":           t.fdsSent.Load(),
 	}
 }

@@ -1,0 +1,162 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+// attackCmd is a peer command ("attack ENDPOINT ADDR LEN"): a dishonest
+// initiator that speaks the shm protocol itself, takes a READ lease on
+// [ADDR, ADDR+LEN) of the target, and tries to turn every descriptor it
+// receives into write access: reopening it read-write through
+// /proc/self/fd and mapping that PROT_WRITE|MAP_SHARED, then writing 0xEE
+// over the whole mapping. It answers "fds=N wrote=M granted=CODE".
+func attackCmd(e *core.Engine, args []string) (string, error) {
+	if len(args) != 3 {
+		return "", fmt.Errorf("usage: attack ENDPOINT ADDR LEN")
+	}
+	addr, err1 := strconv.ParseUint(args[1], 10, 64)
+	n, err2 := strconv.ParseUint(args[2], 10, 64)
+	if err1 != nil || err2 != nil {
+		return "", fmt.Errorf("bad address or length")
+	}
+	nc, err := net.Dial("unix", args[0])
+	if err != nil {
+		return "", err
+	}
+	defer nc.Close()
+	uc := nc.(*net.UnixConn)
+	if _, err := wire.ClientHandshake(uc, wire.HandshakeConfig{
+		Secret: e.Options().Secret, Deadline: time.Now().Add(10 * time.Second), LocalName: "attacker",
+	}, kindShm); err != nil {
+		return "", err
+	}
+	if _, err := uc.Write(appendLease(nil, 1, time.Second, []*core.Request{{Op: core.OpRead, Remote: addr, Len: n}})); err != nil {
+		return "", err
+	}
+	var held, recv atomic.Int64
+	fr := newFDReader(uc, &held, &recv)
+	defer fr.closeAll()
+	_ = uc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	typ, payload, err := wire.ReadFrame(fr, maxFrame, nil)
+	if err != nil || typ != frameGrant {
+		return "", fmt.Errorf("no grant: type %d, %v", typ, err)
+	}
+	d := wire.NewDecoder(payload)
+	var h grantHead
+	decodeGrantHead(&d, &h)
+	ents := make([]grantEntry, 1)
+	if err := d.Err(); err != nil {
+		return "", err
+	}
+	if err := decodeGrantEntries(payload[d.Offset():], ents); err != nil {
+		return "", err
+	}
+	fds, err := fr.take(len(h.fds))
+	if err != nil {
+		return "", err
+	}
+	wrote := 0
+	for i, fd := range fds {
+		defer unix.Close(fd)
+		rw, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", fd), unix.O_RDWR|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		m, err := unix.Mmap(rw, 0, int(h.fds[i].size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+		unix.Close(rw)
+		if err != nil {
+			continue
+		}
+		for k := range m {
+			m[k] = 0xEE
+		}
+		_ = unix.Munmap(m)
+		wrote++
+	}
+	return fmt.Sprintf("fds=%d wrote=%d granted=%d", recv.Load(), wrote, ents[0].code), nil
+}
+
+// TestReadOnlyGrantHandsNoWritableDescriptor runs the reopen attack from
+// a real peer process against a read-only allocation: the peer gets its
+// read granted but no descriptor, so the target's memory is unchanged.
+// The same attack on a read-write allocation, where writing is granted,
+// shows that the attack itself works.
+func TestReadOnlyGrantHandsNoWritableDescriptor(t *testing.T) {
+	target, tr := newEngine(t, core.Options{})
+	attacker := peertest.Start(t, peertest.Config{Transports: []string{"shm"}})
+	alloc := func(perm core.Perm) (*core.Region, []byte) {
+		r, err := target.Alloc(8192, "cpu", perm)
+		require.NoError(t, err)
+		mem := memory.Bytes(r.Addr, r.Len)
+		copy(mem, bytes.Repeat([]byte{0x5A}, len(mem)))
+		return r, append([]byte(nil), mem...)
+	}
+
+	ro, before := alloc(core.PermRemoteRead)
+	ans, err := attacker.Cmd("attack %s %d %d", tr.addr, ro.Addr, ro.Len)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("fds=0 wrote=0 granted=%d", status.OK), ans, "the read is granted, with no descriptor")
+	require.Equal(t, before, memory.Bytes(ro.Addr, ro.Len), "read-only memory unchanged")
+	require.Zero(t, tr.Stats()["fds_sent"])
+
+	rw, _ := alloc(rw)
+	ans, err = attacker.Cmd("attack %s %d %d", tr.addr, rw.Addr, rw.Len)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("fds=1 wrote=1 granted=%d", status.OK), ans)
+	require.Equal(t, bytes.Repeat([]byte{0xEE}, int(rw.Len)), memory.Bytes(rw.Addr, rw.Len),
+		"a read-write allocation's descriptor writes it: that is what its permission grants")
+	require.EqualValues(t, 1, tr.Stats()["fds_sent"])
+}
+
+// Read-only engine allocations stay readable between processes of one host
+// (process_vm instead of a mapping) and refuse writes with the target's
+// PermissionDenied; no descriptor reaches the initiator.
+func TestReadOnlyAllocationOverShm(t *testing.T) {
+	peer := startPeer(t, peertest.Buffer{Size: 1 << 20, Perm: core.PermRemoteRead, Alloc: true})
+	e, tr := newEngine(t, core.Options{})
+	seg := openSeg(t, e, peer.Name)
+	local := localBuf(t, e, 1<<20)
+	remote := peer.Buffers[0].Addr
+	before := sum(t, peer, 0)
+
+	code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
+		Remote: remote, Len: 1 << 20}}, core.TransferOptions{})
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, core.TransportShm, st[0].Transport)
+	require.Equal(t, peertest.Pattern(0, 1<<20), local)
+	require.EqualValues(t, 1<<20, tr.Stats()["bytes_process_vm"])
+	require.Zero(t, tr.Stats()["fds_received"])
+	require.Zero(t, tr.Stats()["mappings"])
+
+	code, st, _ = run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg,
+		Remote: remote, Len: 4096}}, core.TransferOptions{})
+	require.Equal(t, status.PermissionDenied, code)
+	require.Equal(t, status.PermissionDenied, st[0].Code)
+	require.Equal(t, before, sum(t, peer, 0), "nothing written")
+	require.Zero(t, tr.Stats()["fds_received"])
+}
+
+// Memfds go only to peers of the target's uid, or root.
+func TestMayShareFDs(t *testing.T) {
+	require.True(t, mayShareFDs(1000, 1000))
+	require.True(t, mayShareFDs(0, 1000), "root can open our memfds anyway")
+	require.False(t, mayShareFDs(1001, 1000))
+	require.False(t, mayShareFDs(1000, 0), "root's memory goes to root only")
+}
