@@ -88,16 +88,24 @@
 // # Copy paths
 //
 // A granted entry in memory the target allocated with tent_alloc (a
-// memfd) names the allocation. The target attaches the allocation's
-// descriptor to the grant the first time it grants that allocation on the
-// connection, and never for memory it did not grant: only regions it
-// just acquired, and only if the region permits remote reads (a mapping
-// cannot be write-only). A region without remote write permission gets a
-// read-only descriptor (reopened O_RDONLY), which cannot be mapped
-// writable. The initiator checks the descriptor's size with fstat, maps
-// it MAP_SHARED once, closes the descriptor at once, and copies with a
-// plain copy() in steps of at most 16 MiB, checking that the range lies
-// inside the mapping (and that a write has a writable one) first.
+// memfd) names the allocation when the allocation may be shared
+// (core.Region.HandleShareable: the registration covers the whole
+// allocation and permits remote read and write) and the peer runs as the
+// target's uid or as root (SO_PEERCRED on the accepted connection). The
+// target attaches the allocation's descriptor to the grant the first time
+// it grants that allocation on the connection, and never for memory it did
+// not grant. A memfd is not a read-only capability whatever its open mode:
+// the receiver can reopen /proc/self/fd/N read-write and map it writable.
+// So memory without remote write (and write-only memory: a mapping cannot
+// be write-only) never leaves as a descriptor; it goes through process_vm.
+// The memfds are sealed against shrinking and growing (F_SEAL_SHRINK,
+// F_SEAL_GROW, F_SEAL_SEAL), so a receiver cannot ftruncate the target's
+// memory into SIGBUS. Stats counts descriptors sent (fds_sent) and
+// received (fds_received). The initiator checks the descriptor's size
+// with fstat, maps it MAP_SHARED once, closes the descriptor at once, and
+// copies with a plain copy() in steps of at most 16 MiB, checking that the
+// range lies inside the mapping (and that a write has a writable one)
+// first.
 //
 // Every other granted entry, and any entry whose allocation is not mapped
 // here, goes through process_vm_readv/process_vm_writev: iovecs of the
@@ -187,13 +195,14 @@
 // process_vm needs ptrace permission over the target (same user, and
 // Yama's ptrace_scope or a non-dumpable target can forbid even that),
 // and a process with that permission can already read and write all of
-// the target's memory without tent. Descriptor sharing is narrower: only
-// allocations the target granted in a lease, read-only where remote writes
-// are not permitted — but once sent, a mapping outlives the lease and the
-// registration until the initiator drops it, and a dishonest initiator may
-// keep it; revocation (REVOKE) relies on the initiator's cooperation, and
-// the memory of a freed allocation is only returned to the system when
-// every mapping is gone. A lease taken back at its deadline cannot stop a
+// the target's memory without tent; tent hands it nothing. Descriptor
+// sharing is narrower: only read-write allocations the target granted in a
+// lease, to peers of its uid — but once sent, a mapping outlives the lease
+// and the registration until the initiator drops it, and a dishonest
+// initiator may keep it; revocation (REVOKE) relies on the initiator's
+// cooperation, and the memory of a freed allocation is only returned to
+// the system when every mapping is gone (no other data ever lands in it).
+// A lease taken back at its deadline cannot stop a
 // process_vm call already running in a stopped initiator; the grace
 // period bounds that window for a live one. Peer pids come from the
 // kernel (SO_PEERCRED), not from descriptors, so a lying descriptor cannot
