@@ -53,8 +53,13 @@
 //     (wire.ServerHandshake, the engine's secret, channel kind KindCUDA).
 //     Imports travel as an fd (SCM_RIGHTS) exported per request with
 //     cuMemExportToShareableHandle; the target closes its copy once sent.
-//   - Other hosts: a region allocated with a FABRIC handle carries it as
-//     a descriptor attachment (transport "cuda": u8 version 1, u64
+//     Only allocations registered for remote read and write are exported
+//     (core.Region.HandleShareable): the importer sets its own access
+//     (cuMemSetAccess) over the whole allocation, so a handle always grants
+//     both. Other GPU allocations are not eligible here; tcp stages them.
+//   - Other hosts: a read-write region allocated with a FABRIC handle
+//     carries it (a bearer capability: whoever reads the descriptor can
+//     import it) as a descriptor attachment (transport "cuda": u8 version 1, u64
 //     allocation size, 64-byte CUmemFabricHandle); the initiator imports
 //     it with cuMemImportFromShareableHandle(FABRIC) and asks for leases
 //     over a KindCUDA connection to the engine's own TCP listener.

@@ -269,7 +269,8 @@ func (sc *sconn) handleImport(id, alloc uint64) error {
 }
 
 // exportFD checks that alloc is a registered GPU allocation of this engine
-// that permits some remote access, and exports it as a new fd.
+// that permits remote read and write (core.Region.HandleShareable), and
+// exports it as a new fd.
 func (t *Transport) exportFD(alloc uint64, unixSession bool) (fd int, base, size uint64, err error) {
 	if !unixSession {
 		return -1, 0, 0, status.Errorf(status.Unsupported,
@@ -290,9 +291,13 @@ func (t *Transport) exportFD(alloc uint64, unixSession bool) (fd int, base, size
 	if r != ex.region {
 		return -1, 0, 0, status.Errorf(status.NotFound, "cuda: allocation %d is no longer registered", alloc)
 	}
-	if r.Perm == 0 {
+	if !r.HandleShareable() {
+		// An imported handle is mapped with whatever access the importer
+		// sets (cuMemSetAccess), over the whole allocation: it is handed
+		// out only where the registration grants that much.
 		return -1, 0, 0, status.Errorf(status.PermissionDenied,
-			"cuda: allocation %d [%#x, %#x) permits no remote access", alloc, r.Addr, r.End())
+			"cuda: allocation %d [%#x, %#x) is not registered for remote read and write; its handle would grant both",
+			alloc, r.Addr, r.End())
 	}
 	fd, err = ex.rec.m.ExportFD()
 	if err != nil {

@@ -295,7 +295,9 @@ func (t *Transport) RegisterMemory(regions []*core.Region) error {
 			continue
 		}
 		ex := &export{region: r, rec: rec}
-		if rec.fabric {
+		if rec.fabric && r.HandleShareable() {
+			// The descriptor is a bearer capability: whoever reads it
+			// can import the allocation read-write.
 			if fh, err := rec.m.ExportFabric(); err == nil {
 				ex.attach = encodeFabric(r.Len, fh)
 			}
@@ -436,7 +438,9 @@ func (t *Transport) Eligible(r *core.Request) bool {
 		return false
 	}
 	if r.Desc.MachineID == core.MachineID() && t.endpoint(r.Desc, Name) != "" {
-		return r.RemoteRegion.AllocID != 0
+		// Only read-write allocations are exported (an imported handle
+		// grants both); the rest is left to the staging transports.
+		return r.RemoteRegion.AllocID != 0 && r.RemoteRegion.Perm&wire.PermMask == wire.PermMask
 	}
 	_, _, fab := fabricAttachment(&r.RemoteRegion)
 	return fab && t.endpoint(r.Desc, "ctl") != ""

@@ -1,0 +1,76 @@
+package cuda
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/cuda/fakecuda"
+	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/status"
+)
+
+// An imported CUDA handle (POSIX fd or FABRIC) is mapped with whatever
+// access the importer sets, over the whole allocation: only allocations
+// registered for remote read and write publish or export one.
+func TestHandlesOnlyForReadWriteAllocations(t *testing.T) {
+	f, _ := useFake(t, fakecuda.Fabric(true))
+	e, _ := newEngine(t, "cuda")
+	for _, c := range []struct {
+		perm   core.Perm
+		handle bool
+	}{{rw, true}, {core.PermRemoteRead, false}, {core.PermRemoteWrite, false}} {
+		r, err := e.Alloc(gran, "cuda:0", c.perm)
+		require.NoError(t, err)
+		desc, err := e.Descriptor()
+		require.NoError(t, err)
+		require.Len(t, desc.Regions, 1)
+		_, _, ok := fabricAttachment(&desc.Regions[0])
+		require.Equal(t, c.handle, ok, "fabric handle published for permission %v", c.perm)
+		require.NoError(t, e.Free(r))
+	}
+	require.NoError(t, e.Close())
+	f.AssertClean(t)
+}
+
+// A peer asking the target's Unix endpoint for the handle of a read-only
+// GPU allocation is refused and gets no fd; the engine reads that memory
+// through tcp's staging instead, and writes to it are refused.
+func TestReadOnlyGPUAllocation(t *testing.T) {
+	f, d := useFake(t)
+	const size = 2 * gran
+	peer := peertest.Start(t, peertest.Config{Transports: []string{"cuda", "tcp"}, Env: f.Env(),
+		Buffers: []peertest.Buffer{{Size: size, Perm: core.PermRemoteRead, Alloc: true, Location: "cuda:0"}}})
+	e, tr := newEngine(t, "cuda", "tcp")
+	seg := open(t, e, peer.Name)
+	ro := peer.Buffers[0]
+	require.NotZero(t, ro.AllocID)
+
+	s, err := tr.session(seg.Peer().Desc(), false, time.Now().Add(5*time.Second))
+	require.NoError(t, err)
+	fd, _, _, err := s.importFD(ro.AllocID, time.Now().Add(5*time.Second))
+	require.Equal(t, status.PermissionDenied, status.CodeOf(err), "%v", err)
+	require.Equal(t, -1, fd)
+	require.Zero(t, peerStats(t, peer)["exports_total"], "no handle was exported")
+
+	lr, err := e.Alloc(size, "cuda:0", rw)
+	require.NoError(t, err)
+	code, err, st := transfer(t, e, core.TransferRequest{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: ro.Addr, Len: size})
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, core.TransportTCP, st[0].Transport)
+	require.Equal(t, peertest.Pattern(0, size), readDev(t, d, lr.Addr, size))
+
+	code, _, st = transfer(t, e, core.TransferRequest{Op: core.OpWrite, Local: lr.Addr, Segment: seg, Remote: ro.Addr, Len: size})
+	require.Equal(t, status.PermissionDenied, code)
+	require.Equal(t, status.PermissionDenied, st[0].Code)
+	require.Equal(t, peertest.Sum(peertest.Pattern(0, size)), cmd(t, peer, "sum 0"), "nothing written")
+	require.Zero(t, peerStats(t, peer)["exports_total"])
+	require.Zero(t, tr.Stats()["imports_total"])
+
+	require.NoError(t, e.Free(lr))
+	require.NoError(t, e.Close())
+	f.AssertClean(t)
+	require.NoError(t, peer.Stop())
+}
