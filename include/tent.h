@@ -169,7 +169,29 @@ tent_status tent_engine_name(tent_engine *engine, char *buf, size_t cap, size_t 
 
 /* ---- Memory registration ---------------------------------------------- */
 
-/* Flags of a registration: what remote peers may do with the memory. */
+/* Flags of a registration: what remote peers may do with the memory.
+ *
+ * What a peer can do with a grant. Every request is checked by the target
+ * (registered, inside one region, permitted) before its memory is touched,
+ * whatever the peer's cached view says; a request outside the grant fails
+ * with TENT_ERR_PERMISSION_DENIED, TENT_ERR_NOT_REGISTERED or
+ * TENT_ERR_OUT_OF_RANGE. Beyond that:
+ *  - tcp (any host): the peer gets bytes, never a capability.
+ *  - shm (same host): memory from tent_alloc registered with both flags
+ *    may be passed as a memfd (sealed against resizing) to a peer of the
+ *    same uid or root. The peer can then read and write the whole
+ *    allocation until it drops the mapping, also after tent_free (the
+ *    pages then serve nothing else). Everything else (read-only or
+ *    write-only allocations, tent_register memory) is never passed as a
+ *    descriptor: it is copied with process_vm_readv/writev, which the
+ *    kernel allows only to a process that may ptrace the target (and so
+ *    could read and write all of its memory without tent).
+ *  - cuda (same host, NVLink fabric): a POSIX fd or FABRIC handle, likewise
+ *    only for tent_alloc GPU memory with both flags; the importer can read
+ *    and write the whole allocation while it holds the import. Other GPU
+ *    memory is staged through host memory over tcp.
+ * So TENT_REMOTE_READ alone is read-only against any peer, and a peer can
+ * only ever widen a grant to what the memory's own flags allow. */
 #define TENT_REMOTE_READ 0x1u
 #define TENT_REMOTE_WRITE 0x2u
 
@@ -225,7 +247,9 @@ tent_status tent_region_get_info(tent_engine *engine, tent_region *region, tent_
 /* Allocates size bytes at location ("cpu", "cpu:N", "cuda:N"), registers
  * them with flags, and returns the address and region. Host memory is a
  * memfd mapping that same-host peers can map directly (the shm transport);
- * GPU memory is an exportable CUDA allocation. Release with tent_free, which
+ * GPU memory is an exportable CUDA allocation. Either is shared as a
+ * handle only when flags has both TENT_REMOTE_READ and TENT_REMOTE_WRITE
+ * (see the flags above). Release with tent_free, which
  * unregisters and frees. Errors: INVALID_ARGUMENT, UNSUPPORTED (no GPU),
  * NO_MEMORY. */
 tent_status tent_alloc(tent_engine *engine, size_t size, const char *location, uint32_t flags,
