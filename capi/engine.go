@@ -210,6 +210,8 @@ type engineStats struct {
 	ProcessHandles   uint64 `json:"process_handles"`
 	// Transports maps each installed transport to its resource counts.
 	Transports map[string]map[string]int64 `json:"transports"`
+	// Metadata is the metadata directory's counters (etcd only).
+	Metadata map[string]int64 `json:"metadata,omitempty"`
 }
 
 // stats gathers the engine's counts.
@@ -226,6 +228,7 @@ func (e *engine) stats() engineStats {
 		Allocations:      uint64(cs.Allocations),
 		ProcessHandles:   uint64(table.Len()),
 		Transports:       cs.Transports,
+		Metadata:         cs.Metadata,
 	}
 	if s.Transports == nil {
 		s.Transports = map[string]map[string]int64{}

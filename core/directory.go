@@ -14,12 +14,24 @@ import (
 // its engine's address and the descriptor is asked of the engine itself.
 type Directory interface {
 	// Publish stores this engine's descriptor under its name. It is called
-	// at start and after every registration change.
+	// at start and after every registration change (register, unregister,
+	// transport install or uninstall), and returns once the directory
+	// holds desc or a newer descriptor, so the change is visible there when
+	// the call that made it returns. Concurrent calls may be served by one
+	// write. A directory that cannot confirm within its own bound returns
+	// an error and keeps publishing in the background; the engine keeps
+	// the change (peers that reach it over its control link see it).
 	Publish(desc *wire.SegmentDesc, encoded []byte) error
 	// Resolve returns the descriptor published under name.
 	Resolve(name string, deadline time.Time) (*wire.SegmentDesc, error)
 	// Close withdraws this engine's entry and releases the connection.
 	Close() error
+}
+
+// DirectoryStats is implemented by directories that report counters
+// (publications, timeouts, ...) for Engine.Stats.
+type DirectoryStats interface {
+	Stats() map[string]int64
 }
 
 // DirectoryFactory opens a directory for engine e from a metadata URL such

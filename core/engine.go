@@ -448,7 +448,10 @@ func (e *Engine) notifyChange() {
 	}
 	e.pushChange()
 	if e.dir != nil {
-		_ = e.publish() // best effort; the directory retries on its own
+		// Waits until the directory holds the change, within the
+		// directory's bound; past it the directory goes on in the
+		// background and the change stands (see Directory.Publish).
+		_ = e.publish()
 	}
 }
 
@@ -478,6 +481,8 @@ type Stats struct {
 	Connections      int // accepted connections being served
 	Notifications    int // received, not yet taken
 	Transports       map[string]map[string]int64
+	// Metadata is the directory's counters (nil for p2p metadata).
+	Metadata map[string]int64
 }
 
 // Stats returns the engine's current counts.
@@ -497,6 +502,9 @@ func (e *Engine) Stats() Stats {
 	}
 	ts := e.transports
 	e.mu.Unlock()
+	if ds, ok := e.dir.(DirectoryStats); ok {
+		s.Metadata = ds.Stats()
+	}
 	s.Connections = e.srv.connCount()
 	s.Notifications = e.notes.len()
 	for _, in := range ts {

@@ -56,6 +56,11 @@ type Directory struct {
 	wg     sync.WaitGroup
 	kick   chan struct{} // wakes the session: a newer descriptor waits
 
+	// timeout bounds every wait for etcd on a caller's behalf (connecting,
+	// claiming the name, confirming a publication): the URL's dial_timeout
+	// or the engine's timeout, whichever is shorter.
+	timeout time.Duration
+
 	startMu sync.Mutex // serializes the first, synchronous publish
 
 	mu       sync.Mutex
@@ -69,8 +74,22 @@ type Directory struct {
 	ka       <-chan *clientv3.LeaseKeepAliveResponse
 	watches  map[string]*watched
 
+	// What etcd is known to hold under our key. published is false while
+	// that is unknown (before the first write, after the lease was lost,
+	// the key deleted or our watch of it broken); publishedGen is the
+	// generation of the last confirmed write. publishedCh is closed (and
+	// replaced) whenever a write is confirmed, waking Publish's waiters.
+	published    bool
+	publishedGen uint64
+	publishedCh  chan struct{}
+	// behind: a wait for confirmation timed out and no write has succeeded
+	// since. Publish does not wait while behind, so an etcd outage costs
+	// one timeout, not one per registration.
+	behind bool
+
 	// Counters for tests and diagnostics.
-	published   atomic.Int64 // successful writes of our key
+	writes      atomic.Int64 // successful writes of our key
+	timeouts    atomic.Int64 // Publish calls that gave up waiting for etcd
 	regrants    atomic.Int64 // leases granted after the first
 	invalidated atomic.Int64 // InvalidatePeer calls from watches
 	fallbacks   atomic.Int64 // resolves answered from the watched copy
@@ -88,12 +107,17 @@ func Open(url string, e *core.Engine) (core.Directory, error) {
 }
 
 // open connects to etcd and grants the engine's lease, so an unreachable
-// etcd fails engine creation within the dial timeout. invalidate is called
-// with a peer's name when its watched entry changes.
+// etcd fails engine creation within the dial timeout or the engine's
+// timeout, whichever is shorter. invalidate is called with a peer's name
+// when its watched entry changes.
 func open(url string, e *core.Engine, invalidate func(string)) (*Directory, error) {
 	cfg, err := parseURL(url, e.Options().MetadataPrefix)
 	if err != nil {
 		return nil, err
+	}
+	timeout := cfg.dialTimeout
+	if t := e.Options().DefaultTimeout; t > 0 && t < timeout {
+		timeout = t
 	}
 	eps := make([]string, len(cfg.endpoints))
 	for i, h := range cfg.endpoints {
@@ -101,7 +125,7 @@ func open(url string, e *core.Engine, invalidate func(string)) (*Directory, erro
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   eps,
-		DialTimeout: cfg.dialTimeout,
+		DialTimeout: timeout,
 		// Detect a dead connection (a vanished host) within ~15 s; etcd
 		// refuses pings more often than every 5 s.
 		DialKeepAliveTime:    10 * time.Second,
@@ -121,80 +145,202 @@ func open(url string, e *core.Engine, invalidate func(string)) (*Directory, erro
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Directory{
 		cfg: cfg, cli: cli, name: e.Name(), key: cfg.segmentKey(e.Name()), inc: e.Incarnation(),
-		invalidate: invalidate, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
-		watches: map[string]*watched{},
+		invalidate: invalidate, timeout: timeout, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
+		watches: map[string]*watched{}, publishedCh: make(chan struct{}),
 	}
-	gctx, gcancel := context.WithTimeout(ctx, cfg.dialTimeout)
+	gctx, gcancel := context.WithTimeout(ctx, timeout)
 	g, err := cli.Grant(gctx, cfg.ttlSeconds())
 	gcancel()
 	if err != nil {
 		cancel()
 		_ = cli.Close()
-		return nil, d.wrapErr(err, cfg.dialTimeout, "connecting")
+		return nil, d.wrapErr(err, timeout, "connecting")
 	}
 	d.lease = g.ID
 	return d, nil
 }
 
-// Publish stores the descriptor under <prefix>/segments/<name>. The first
-// call (at engine start) claims the name and reports a collision or an
-// unreachable etcd; later calls hand the newest descriptor to the
-// background publisher and return at once, so registration never waits for
-// etcd.
+// Publish stores the descriptor under <prefix>/segments/<name> and
+// returns once etcd holds it (or a newer one), so a registration is
+// visible in etcd when Register returns. The first call (at engine start)
+// claims the name and reports a collision or an unreachable etcd. Later
+// calls hand the descriptor to the background publisher and wait for it:
+// one goroutine writes the newest descriptor, and every caller waiting
+// meanwhile is covered by that write or the next one, so a burst of
+// registrations costs one or two writes, not one each. A wait is bounded
+// by the directory's timeout; past it Publish fails with Timeout while the
+// write goes on in the background (the engine keeps the registration:
+// see "When etcd is unreachable" in the package documentation), and until
+// a write succeeds again later calls do not wait.
 func (d *Directory) Publish(desc *wire.SegmentDesc, encoded []byte) error {
 	val, err := value(desc, encoded)
 	if err != nil {
 		return err
 	}
-	d.startMu.Lock()
-	defer d.startMu.Unlock()
+	gen := desc.Generation
+	d.mu.Lock()
+	started := d.started
+	d.mu.Unlock()
+	if !started {
+		if done, err := d.start(val, gen); done {
+			return err
+		}
+	}
+	return d.offer(val, gen)
+}
+
+// offer hands val (generation gen) to the session and waits until etcd
+// holds it or a newer one.
+func (d *Directory) offer(val []byte, gen uint64) error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
 		return status.Errorf(status.Closed, "etcd: directory is closed")
 	}
-	if d.started {
-		if desc.Generation >= d.wantGen {
-			d.want, d.wantGen = val, desc.Generation
-		}
+	if gen >= d.wantGen {
+		d.want, d.wantGen = val, gen
+	}
+	if d.published && d.publishedGen >= gen {
 		d.mu.Unlock()
-		select {
-		case d.kick <- struct{}{}:
-		default:
-		}
 		return nil
 	}
-	lease := d.lease
+	behind := d.behind
 	d.mu.Unlock()
+	select {
+	case d.kick <- struct{}{}:
+	default: // a kick is already pending; the session will see the newest want
+	}
+	if behind {
+		return status.Errorf(status.Timeout, "etcd: segment %q generation %d: etcd at %s has not confirmed a write since a wait timed out; publishing in the background",
+			d.name, gen, strings.Join(d.cfg.endpoints, ","))
+	}
+	return d.awaitPublished(gen)
+}
 
-	ctx, cancel := context.WithTimeout(d.ctx, d.cfg.dialTimeout)
+// awaitPublished waits until etcd is known to hold generation gen (or a
+// newer one) under our key, at most d.timeout.
+func (d *Directory) awaitPublished(gen uint64) error {
+	timer := time.NewTimer(d.timeout)
+	defer timer.Stop()
+	for {
+		d.mu.Lock()
+		if d.published && d.publishedGen >= gen {
+			d.mu.Unlock()
+			return nil
+		}
+		ch := d.publishedCh
+		d.mu.Unlock()
+		select {
+		case <-ch:
+		case <-d.ctx.Done():
+			return status.Errorf(status.Closed, "etcd: directory closed while publishing")
+		case <-timer.C:
+			d.mu.Lock()
+			d.behind = true
+			d.mu.Unlock()
+			d.timeouts.Add(1)
+			return status.Errorf(status.Timeout, "etcd: segment %q generation %d: no confirmation from etcd at %s within %v; publishing in the background",
+				d.name, gen, strings.Join(d.cfg.endpoints, ","), d.timeout.Round(time.Millisecond))
+		}
+	}
+}
+
+// confirmed records that etcd holds generation gen under our key and wakes
+// the waiters.
+func (d *Directory) confirmed(gen uint64) {
+	d.writes.Add(1)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if !d.published || gen > d.publishedGen {
+		d.publishedGen = gen
+	}
+	d.published, d.behind = true, false
+	close(d.publishedCh)
+	d.publishedCh = make(chan struct{})
+}
+
+// unconfirmed forgets what etcd holds under our key (the lease was lost,
+// the key deleted, or our watch of it broke), so waiters wait for the next
+// write.
+func (d *Directory) unconfirmed() {
+	d.mu.Lock()
+	d.published = false
+	d.mu.Unlock()
+}
+
+// start is the first publish: it claims the name synchronously, within
+// d.timeout, and starts the session that keeps the entry published. It
+// reports done=false when another call started the session first.
+func (d *Directory) start(val []byte, gen uint64) (done bool, _ error) {
+	d.startMu.Lock()
+	defer d.startMu.Unlock()
+	d.mu.Lock()
+	closed, started, lease := d.closed, d.started, d.lease
+	d.mu.Unlock()
+	if closed {
+		return true, status.Errorf(status.Closed, "etcd: directory is closed")
+	}
+	if started {
+		return false, nil
+	}
+
+	ctx, cancel := context.WithTimeout(d.ctx, d.timeout)
 	rev, err := d.claim(ctx, lease, val)
 	cancel()
 	if err != nil {
 		if status.HasCode(err) {
-			return err
+			return true, err
 		}
-		return d.wrapErr(err, d.cfg.dialTimeout, fmt.Sprintf("publishing segment %q", d.name))
+		return true, d.wrapErr(err, d.timeout, fmt.Sprintf("publishing segment %q", d.name))
 	}
-	d.published.Add(1)
 	kaCtx, kaCancel := context.WithCancel(d.ctx)
 	ka, err := d.cli.KeepAlive(kaCtx, lease)
 	if err != nil {
 		kaCancel()
-		return d.wrapErr(err, d.cfg.dialTimeout, "keeping the lease alive")
+		return true, d.wrapErr(err, d.timeout, "keeping the lease alive")
 	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
 	if d.closed {
+		d.mu.Unlock()
 		kaCancel()
-		return status.Errorf(status.Closed, "etcd: directory closed while publishing")
+		return true, status.Errorf(status.Closed, "etcd: directory closed while publishing")
 	}
 	d.started = true
-	d.want, d.wantGen = val, desc.Generation
+	d.want, d.wantGen = val, gen
 	d.ka, d.kaCancel = ka, kaCancel
 	d.wg.Add(1)
+	d.mu.Unlock()
+	d.confirmed(gen)
 	go d.session(rev)
-	return nil
+	return true, nil
+}
+
+// Stats reports the directory's counters (core.DirectoryStats):
+// published (1 while etcd is known to hold our latest write),
+// published_generation, behind (1 after a wait for etcd timed out, until
+// a write succeeds), writes, publish_timeouts, lease_regrants,
+// watch_invalidations and stale_resolves (answered from the watched copy
+// while etcd was away).
+func (d *Directory) Stats() map[string]int64 {
+	d.mu.Lock()
+	published, gen, behind := d.published, d.publishedGen, d.behind
+	d.mu.Unlock()
+	b2i := func(b bool) int64 {
+		if b {
+			return 1
+		}
+		return 0
+	}
+	return map[string]int64{
+		"published":            b2i(published),
+		"published_generation": int64(gen),
+		"behind":               b2i(behind),
+		"writes":               d.writes.Load(),
+		"publish_timeouts":     d.timeouts.Load(),
+		"lease_regrants":       d.regrants.Load(),
+		"watch_invalidations":  d.invalidated.Load(),
+		"stale_resolves":       d.fallbacks.Load(),
+	}
 }
 
 // value is what is stored for desc: its encoding, or, when that is too
@@ -323,12 +469,14 @@ func (d *Directory) session(rev int64) {
 		case wr, ok := <-own:
 			if !ok || wr.Err() != nil {
 				own = nil // watched again after the next successful claim
+				d.unconfirmed()
 				dirty = true
 				arm(0)
 				continue
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
+					d.unconfirmed()
 					dirty = true
 					arm(0)
 				}
@@ -338,7 +486,7 @@ func (d *Directory) session(rev int64) {
 			if !dirty {
 				continue
 			}
-			rev, err := d.sync()
+			rev, err := d.sync(own == nil)
 			if err != nil {
 				arm(backoff)
 				backoff = min(backoff*2, maxBackoff)
@@ -368,15 +516,23 @@ func (d *Directory) dropLease() {
 		d.stale = append(d.stale, d.lease)
 	}
 	d.lease, d.ka, d.kaCancel = 0, nil, nil
+	d.published = false
 }
 
-// sync publishes the latest descriptor, with a new lease if needed.
-func (d *Directory) sync() (int64, error) {
+// sync publishes the latest descriptor, with a new lease if needed. It
+// writes nothing when etcd already holds the latest descriptor under a
+// live lease, unless force is set. A revision of 0 means nothing was
+// written.
+func (d *Directory) sync(force bool) (int64, error) {
 	ctx, cancel := context.WithTimeout(d.ctx, opTimeout)
 	defer cancel()
 	d.mu.Lock()
-	lease, val := d.lease, d.want
+	lease, val, gen := d.lease, d.want, d.wantGen
+	upToDate := lease != 0 && d.published && d.publishedGen >= gen
 	d.mu.Unlock()
+	if upToDate && !force {
+		return 0, nil
+	}
 	if lease == 0 {
 		g, err := d.cli.Grant(ctx, d.cfg.ttlSeconds())
 		if err != nil {
@@ -401,7 +557,7 @@ func (d *Directory) sync() (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	d.published.Add(1)
+	d.confirmed(gen)
 	d.revokeStale(ctx)
 	return rev, nil
 }

@@ -7,9 +7,12 @@
 //
 // (tent_engine_options.metadata and .metadata_prefix in the C ABI). Several
 // endpoints are members of one cluster; the client balances over them.
-// ttl (default 10 s) is the lease TTL of the engine's entry and
-// dial_timeout (default 5 s) bounds how long engine creation waits for
-// etcd; both take a Go duration ("1500ms") or a number of seconds ("2").
+// ttl (default 10 s) is the lease TTL of the engine's entry. dial_timeout
+// (default 5 s) or the engine's timeout (Options.DefaultTimeout,
+// tent_engine_options.timeout_ms), whichever is shorter, is the etcd
+// timeout: it bounds every wait for etcd on a caller's behalf — engine
+// creation, and each registration's wait for its publication. Both take a
+// Go duration ("1500ms") or a number of seconds ("2").
 // Unknown parameters are refused. The connection is plaintext and
 // unauthenticated.
 //
@@ -29,7 +32,7 @@
 //
 // At engine creation the backend connects and grants a lease (an
 // unreachable etcd fails creation with TENT_ERR_TIMEOUT or
-// TENT_ERR_TRANSPORT within dial_timeout), then claims the name with
+// TENT_ERR_TRANSPORT within the etcd timeout), then claims the name with
 // compare-and-set transactions: the key is created only if it is absent
 // (CreateRevision 0), or rewritten if it is already this engine's (its lease, or its incarnation). A key held by
 // anyone else fails creation with TENT_ERR_NAME_IN_USE, naming the holder
@@ -37,10 +40,39 @@
 // overwritten. An engine that dies without closing therefore holds its
 // name until its lease expires (up to ttl).
 //
-// The client's KeepAlive renews the lease every ttl/3. Registration
-// changes are published in the background (the newest descriptor wins;
-// registering never waits for etcd), with a compare on the lease so only
-// the owner writes. If the lease is lost (it expired while etcd was
+// # The publication contract
+//
+// When engine creation, a registration (Register, RegisterBatch, Alloc),
+// an unregistration (Unregister, UnregisterBatch, Free) or a transport
+// Install/Uninstall returns successfully, etcd holds this engine's
+// descriptor at that generation or a newer one: a reader of
+// <prefix>/segments/<name> sees the change with no waiting. So a target
+// may register memory and hand its address to a peer at once, and an
+// operator or a test may look at etcd right after the call.
+//
+// Writes are coalesced: one goroutine writes the newest descriptor, and a
+// caller waits until a write that covers its generation is confirmed —
+// the write in flight, if it already holds the caller's change, or the
+// next one. A batch costs one write; a burst of concurrent registrations
+// costs one or two. Each write is a transaction with a compare on the
+// lease, so only the owner writes.
+//
+// A call waits for etcd at most the etcd timeout. If etcd does not
+// confirm by then, the call still succeeds — the change is made locally,
+// and peers that reach this engine over its control link (every peer that
+// has its segment open) see it at once — and the publisher keeps
+// retrying in the background. Meanwhile the directory is "behind": later
+// calls do not wait (an etcd outage costs one timeout, not one per
+// registration), and tent_engine_stats_json reports it under "metadata"
+// ("behind": 1, "publish_timeouts", "published_generation"). The first
+// confirmed write ends it, and calls wait for publication again. Failing
+// the registration instead would stop a serving process from registering
+// memory during a metadata blip although its peers could use it, and the
+// change could not be rolled back cleanly anyway (peers were told).
+//
+// # Leases
+//
+// The client's KeepAlive renews the lease every ttl/3. If the lease is lost (it expired while etcd was
 // unreachable, or an operator revoked it) or the key is deleted, the
 // engine grants a new lease and claims its name again, retrying with
 // backoff until etcd answers; if another engine took the name meanwhile,
@@ -80,7 +112,9 @@
 //   - A name never resolved before fails with TENT_ERR_TIMEOUT (or
 //     TENT_ERR_TRANSPORT) within the caller's deadline, naming the etcd
 //     endpoints.
-//   - Engine creation fails within dial_timeout.
+//   - Engine creation fails within the etcd timeout.
+//   - Registrations succeed after at most one etcd timeout (see the
+//     publication contract) and are published when etcd answers.
 //   - The engine's own entry stays while etcd keeps its lease. The client
 //     tries to reconnect at least every 2 s; when etcd answers again it
 //     resumes renewing; if the lease was given up

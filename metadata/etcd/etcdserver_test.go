@@ -15,6 +15,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/tent-dev/tent/internal/testenv"
 )
 
 // etcdServer is a single-member etcd on loopback for one test: random
@@ -34,27 +36,11 @@ type etcdServer struct {
 	log  *os.File
 }
 
-// etcdBinary finds etcd: $TENT_ETCD_BIN, PATH, or /usr/bin/etcd.
-func etcdBinary() string {
-	if b := os.Getenv("TENT_ETCD_BIN"); b != "" {
-		return b
-	}
-	if b, err := exec.LookPath("etcd"); err == nil {
-		return b
-	}
-	if _, err := os.Stat("/usr/bin/etcd"); err == nil {
-		return "/usr/bin/etcd"
-	}
-	return ""
-}
-
-// startEtcd starts etcd, or skips the test when no etcd binary exists.
+// startEtcd starts etcd, or skips the test when no etcd binary exists
+// (fails it with CI=true; see internal/testenv).
 func startEtcd(t testing.TB) *etcdServer {
 	t.Helper()
-	bin := etcdBinary()
-	if bin == "" {
-		t.Skip("etcd binary not found (install Debian package etcd-server, or set TENT_ETCD_BIN); .ci/run installs it")
-	}
+	bin := testenv.RequireBinary(t, "etcd")
 	dir := t.TempDir()
 	s := &etcdServer{t: t, bin: bin, dir: dir, clientAddr: freePort(t), peerAddr: freePort(t)}
 	curl, purl := "http://"+s.clientAddr, "http://"+s.peerAddr
@@ -153,6 +139,7 @@ func (s *etcdServer) Stop() {
 		return
 	}
 	_ = s.cmd.Process.Signal(syscall.SIGTERM)
+	_ = s.cmd.Process.Signal(syscall.SIGCONT) // a paused etcd handles SIGTERM once it runs
 	select {
 	case <-s.done:
 	case <-time.After(10 * time.Second):
@@ -161,6 +148,25 @@ func (s *etcdServer) Stop() {
 	}
 	s.log.Close()
 	s.cmd = nil
+}
+
+// Pause freezes etcd (SIGSTOP): connections stay open and requests wait
+// unanswered until Resume.
+func (s *etcdServer) Pause() { s.signal(syscall.SIGSTOP) }
+
+// Resume lets a paused etcd run again (SIGCONT).
+func (s *etcdServer) Resume() { s.signal(syscall.SIGCONT) }
+
+func (s *etcdServer) signal(sig syscall.Signal) {
+	s.t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		s.t.Fatal("etcd is not running")
+	}
+	if err := s.cmd.Process.Signal(sig); err != nil {
+		s.t.Fatal(err)
+	}
 }
 
 func (s *etcdServer) logTail() string {
