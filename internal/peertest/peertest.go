@@ -33,6 +33,10 @@ type Config struct {
 	Buffers []Buffer
 	// Env is added to the child's environment.
 	Env []string `json:"-"`
+	// Exec, when set, is a command prefix that runs the peer, such as
+	// {"ip", "netns", "exec", "NS"}; it must exec the binary it is given
+	// (not fork it), so the peer's pid is the one Start waits for.
+	Exec []string `json:"-"`
 }
 
 // Buffer is one buffer of the peer.
@@ -108,7 +112,8 @@ func Start(t testing.TB, cfg Config) *Peer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	argv := append(append([]string(nil), cfg.Exec...), os.Args[0], "-test.run=^$")
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), envConfig+"="+string(raw)), cfg.Env...)
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
