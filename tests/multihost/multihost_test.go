@@ -19,6 +19,7 @@ import (
 	"github.com/tent-dev/tent/cuda/fakecuda"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/internal/testenv"
 	"github.com/tent-dev/tent/status"
 	_ "github.com/tent-dev/tent/transport/cuda"
 	_ "github.com/tent-dev/tent/transport/shm"
@@ -139,35 +140,11 @@ const (
 	nsPrefix = "tent-mh-"
 )
 
-// canRun says why the test cannot run here, or "".
-func canRun() string {
-	if os.Geteuid() != 0 {
-		return "needs root (network namespaces)"
-	}
-	if _, err := exec.LookPath("ip"); err != nil {
-		return "needs iproute2 (ip)"
-	}
-	return ""
-}
+// iproute runs iproute2's ip at bin.
+type iproute struct{ bin string }
 
-// skip records why the test did not run (TENT_SKIP_LOG), and fails under
-// CI, where a skipped suite would pass silently.
-func skip(t *testing.T, why string) {
-	t.Helper()
-	if p := os.Getenv("TENT_SKIP_LOG"); p != "" {
-		if f, err := os.OpenFile(p, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
-			fmt.Fprintf(f, "tests/multihost: skipped: %s\n", why)
-			f.Close()
-		}
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("tests/multihost cannot run under CI: %s", why)
-	}
-	t.Skip(why)
-}
-
-func ip(args ...string) error {
-	out, err := exec.Command("ip", args...).CombinedOutput()
+func (r iproute) run(args ...string) error {
+	out, err := exec.Command(r.bin, args...).CombinedOutput()
 	if err != nil {
 		return fmt.Errorf("ip %s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
@@ -176,8 +153,8 @@ func ip(args ...string) error {
 
 // sweepStale deletes namespaces a killed earlier run left behind (their
 // pid no longer exists).
-func sweepStale() {
-	out, err := exec.Command("ip", "netns", "list").Output()
+func (r iproute) sweepStale() {
+	out, err := exec.Command(r.bin, "netns", "list").Output()
 	if err != nil {
 		return
 	}
@@ -193,7 +170,7 @@ func sweepStale() {
 			continue
 		}
 		if syscall.Kill(pid, 0) == syscall.ESRCH {
-			_ = ip("netns", "del", name)
+			_ = r.run("netns", "del", name)
 		}
 	}
 }
@@ -201,24 +178,24 @@ func sweepStale() {
 // network creates namespaces A and B, joined by a veth pair (A: addrA,
 // B: addrB, /24), with loopback up in each; everything is deleted when the
 // test ends, whatever happened.
-func network(t *testing.T) (nsA, nsB string) {
+func (r iproute) network(t *testing.T) (nsA, nsB string) {
 	t.Helper()
-	sweepStale()
+	r.sweepStale()
 	pid := os.Getpid()
 	nsA, nsB = fmt.Sprintf("%s%d-a", nsPrefix, pid), fmt.Sprintf("%s%d-b", nsPrefix, pid)
 	vethA, vethB := fmt.Sprintf("tmh%da", pid), fmt.Sprintf("tmh%db", pid)
-	if err := ip("netns", "add", nsA); err != nil {
-		skip(t, "cannot create a network namespace: "+err.Error())
+	if err := r.run("netns", "add", nsA); err != nil {
+		testenv.Skip(t, "cannot create a network namespace: %v", err)
 	}
 	t.Cleanup(func() {
 		// Deleting a namespace deletes the veth end inside it, and with it
 		// its peer; a link still in this namespace (a failed move) goes too.
-		for _, err := range []error{ip("netns", "del", nsA), ip("netns", "del", nsB)} {
+		for _, err := range []error{r.run("netns", "del", nsA), r.run("netns", "del", nsB)} {
 			if err != nil && !strings.Contains(err.Error(), "No such file") {
 				t.Logf("cleanup: %v", err)
 			}
 		}
-		_ = ip("link", "del", vethA)
+		_ = r.run("link", "del", vethA)
 	})
 	for _, args := range [][]string{
 		{"netns", "add", nsB},
@@ -232,7 +209,7 @@ func network(t *testing.T) (nsA, nsB string) {
 		{"-n", nsA, "link", "set", "lo", "up"},
 		{"-n", nsB, "link", "set", "lo", "up"},
 	} {
-		require.NoError(t, ip(args...))
+		require.NoError(t, r.run(args...))
 	}
 	return nsA, nsB
 }
@@ -250,12 +227,12 @@ type peer struct {
 	t *testing.T
 }
 
-func start(t *testing.T, f *fakecuda.Fake, ns, addr, machine string, bufs ...peertest.Buffer) peer {
+func start(t *testing.T, ipr iproute, f *fakecuda.Fake, ns, addr, machine string, bufs ...peertest.Buffer) peer {
 	t.Helper()
 	p := peertest.Start(t, peertest.Config{
 		Transports: []string{"cuda", "shm", "tcp"}, Secret: secret, ListenAddr: addr + ":0", Buffers: bufs,
 		Env:  append(f.Env(), "TENT_MACHINE_ID="+machine),
-		Exec: []string{"ip", "netns", "exec", ns},
+		Exec: []string{ipr.bin, "netns", "exec", ns},
 	})
 	return peer{p, t}
 }
@@ -286,32 +263,32 @@ func (p peer) xfer(op string, target peer, buf int, n uint64) (code status.Code,
 }
 
 func TestTwoHosts(t *testing.T) {
-	if why := canRun(); why != "" {
-		skip(t, why)
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, "network namespaces need root")
 	}
-	nsA, nsB := network(t)
+	ipr := iproute{testenv.RequireBinary(t, "ip")}
+	nsA, nsB := ipr.network(t)
 	f := fakecuda.New(t, fakecuda.Granularity(gran))
 
 	// Host A: the target, with a read-write and a read-only allocation
 	// (both memfds) and a read-write GPU allocation; plus a second engine
 	// on host A. Host B: an engine with its own machine id, and one that
 	// (misconfigured) claims host A's.
-	target := start(t, f, nsA, addrA, "host-a",
+	target := start(t, ipr, f, nsA, addrA, "host-a",
 		peertest.Buffer{Size: size, Perm: core.PermRemoteRead | core.PermRemoteWrite, Alloc: true},
 		peertest.Buffer{Size: size, Perm: core.PermRemoteRead, Alloc: true},
 		peertest.Buffer{Size: gran, Perm: core.PermRemoteRead | core.PermRemoteWrite, Alloc: true, Location: "cuda:0"})
 	require.True(t, strings.HasPrefix(target.Name, addrA+":"), "target name %q", target.Name)
-	neighbour := start(t, f, nsA, addrA, "host-a")
-	remote := start(t, f, nsB, addrB, "host-b")
-	misnamed := start(t, f, nsB, addrB, "host-a")
+	neighbour := start(t, ipr, f, nsA, addrA, "host-a")
+	remote := start(t, ipr, f, nsB, addrB, "host-b")
+	misnamed := start(t, ipr, f, nsB, addrB, "host-a")
 
 	patterns := []string{peertest.Sum(peertest.Pattern(0, size)), peertest.Sum(peertest.Pattern(1, size)),
 		peertest.Sum(peertest.Pattern(2, gran))}
 
 	t.Run("the hosts are apart", func(t *testing.T) {
 		// Host B reaches host A only over the veth: A's loopback is not B's.
-		require.NoError(t, exec.Command("ip", "netns", "exec", nsB, "true").Run())
-		out, err := exec.Command("ip", "-n", nsB, "route", "get", addrA).CombinedOutput()
+		out, err := exec.Command(ipr.bin, "-n", nsB, "route", "get", addrA).CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		require.Contains(t, string(out), "tmh", "route from B to A goes over the veth: %s", out)
 		require.NotEqual(t, strconv.Itoa(int(status.OK)),
