@@ -29,6 +29,7 @@ import ctypes
 import sys
 from typing import Any, NamedTuple, Optional
 
+from . import _check
 from ._errors import InvalidArgument
 
 
@@ -173,7 +174,7 @@ def _contiguous_nbytes(shape: Any, strides: Any, itemsize: int, what: str) -> in
     """Bytes of an array of shape/strides (strides in bytes, or None for
     C order) that covers one contiguous range (C or Fortran order); raises
     InvalidArgument otherwise."""
-    shape = [int(s) for s in shape]
+    shape = [_check.integer(s, f"{what}: a dimension") for s in shape]
     n = 1
     for s in shape:
         if s < 0:
@@ -181,7 +182,7 @@ def _contiguous_nbytes(shape: Any, strides: Any, itemsize: int, what: str) -> in
         n *= s
     if strides is None or n == 0:
         return n * itemsize
-    strides = [int(s) for s in strides]
+    strides = [_check.integer(s, f"{what}: a stride") for s in strides]
 
     def dense(dims: Any) -> bool:
         expect = itemsize
@@ -257,9 +258,9 @@ def _from_interface(obj: Any, iface: dict, what: str, device: Optional[str]) -> 
         else:
             raise InvalidArgument(f"{what}: data {data!r} is not an (address, read_only) pair")
     else:
-        ptr, readonly = int(data[0] or 0), bool(data[1])
+        ptr, readonly = _check.integer(data[0] or 0, f"{what}: the data address"), bool(data[1])
         keep = obj
-    ptr += int(iface.get("offset", 0) or 0)
+    ptr += _check.integer(iface.get("offset", 0) or 0, f"{what}: offset")
     itemsize = _typestr_itemsize(iface["typestr"])
     nbytes = _contiguous_nbytes(iface["shape"], iface.get("strides"), itemsize, what)
     return Buffer(ptr, nbytes, readonly, device, keep)
@@ -275,10 +276,6 @@ def _from_torch(obj: Any) -> Buffer:
     return Buffer(int(obj.data_ptr()), int(obj.numel()) * int(obj.element_size()), False, device, obj)
 
 
-def _is_int(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool)
-
-
 def resolve(obj: Any) -> Buffer:
     """Turns obj into a Buffer (see the module documentation). Raises
     TypeError for objects that are no memory at all, InvalidArgument
@@ -288,9 +285,10 @@ def resolve(obj: Any) -> Buffer:
     if torch is not None and isinstance(obj, getattr(torch, "Tensor", ())):
         buf = _from_torch(obj)
     elif isinstance(obj, tuple):
-        if len(obj) != 2 or not (_is_int(obj[0]) and _is_int(obj[1])):
+        if len(obj) != 2:
             raise TypeError(f"a memory tuple is (address: int, length: int), not {obj!r}")
-        addr, n = obj
+        addr = _check.integer(obj[0], "the address of an (address, length) tuple")
+        n = _check.integer(obj[1], "the length of an (address, length) tuple")
         if not 0 < addr < 1 << 64:
             raise InvalidArgument(f"address {addr:#x} is not a valid pointer")
         if not 0 <= n < 1 << 63 or addr + n > 1 << 64:
@@ -320,6 +318,11 @@ def resolve(obj: Any) -> Buffer:
     if buf.nbytes == 0:
         release(buf.keepalive)
         raise InvalidArgument(f"{type(obj).__name__} is empty: tent needs at least one byte")
+    # Whatever the exporter claims (an interface dict is plain data), the
+    # range must be one C can hold: ctypes would wrap 2**64 + x to x.
+    if not 0 <= buf.ptr < _check.U64_END or buf.ptr + buf.nbytes > _check.U64_END:
+        release(buf.keepalive)
+        raise InvalidArgument(f"{type(obj).__name__}: memory at {buf.ptr:#x} + {buf.nbytes} bytes is not an address range")
     return buf
 
 

@@ -20,14 +20,13 @@ from __future__ import annotations
 import atexit
 import ctypes
 import json
-import math
 import sys
 import threading
 import weakref
 from ctypes import byref, c_size_t, c_void_p, sizeof
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _lib
+from . import _check, _lib
 from ._buffers import Buffer, release, resolve
 from ._errors import (
     BufferTooSmall,
@@ -38,7 +37,7 @@ from ._errors import (
     check,
     error_for,
 )
-from ._requests import READ, WRITE, RequestResult, opcode, result_of
+from ._requests import READ, WRITE, RequestResult, opcode, result_of, segment_handle
 
 _OK = _lib.TENT_OK
 _PENDING = _lib.TENT_PENDING
@@ -47,37 +46,7 @@ _UNSET = ctypes.c_size_t(-1).value  # an out-parameter the library did not write
 # ---- helpers ---------------------------------------------------------------
 
 
-def _cstr(value: Optional[str], what: str) -> Optional[bytes]:
-    if value is None:
-        return None
-    if isinstance(value, bytes):
-        b = value
-    elif isinstance(value, str):
-        b = value.encode()
-    else:
-        raise TypeError(f"{what} must be a str, not {type(value).__name__}")
-    if b"\0" in b:
-        raise InvalidArgument(f"{what} contains a NUL character")
-    return b
-
-
-def _millis(seconds: Optional[float], what: str, *, zero_is_default: bool) -> int:
-    """Seconds -> milliseconds for the library. None -> 0 (the default)
-    when zero_is_default, else -1 (wait per the library's default)."""
-    if seconds is None:
-        return 0 if zero_is_default else -1
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)):
-        raise TypeError(f"{what} must be a number of seconds or None, not {type(seconds).__name__}")
-    if math.isnan(seconds) or seconds < 0:
-        raise InvalidArgument(f"{what} must be >= 0 seconds, not {seconds}")
-    if math.isinf(seconds):
-        return 0 if zero_is_default else -1
-    ms = math.ceil(seconds * 1000)
-    if ms > (1 << 62) // 1_000_000:
-        raise InvalidArgument(f"{what} of {seconds} s is too large")
-    if zero_is_default and seconds > 0:
-        ms = max(ms, 1)
-    return ms
+_cstr = _check.cstring
 
 
 def _read_string(call: Any, initial: int = 256) -> str:
@@ -95,7 +64,8 @@ def _read_string(call: Any, initial: int = 256) -> str:
 
 
 def _flags(remote_read: bool, remote_write: bool) -> int:
-    return (_lib.TENT_REMOTE_READ if remote_read else 0) | (_lib.TENT_REMOTE_WRITE if remote_write else 0)
+    read, write = _check.flag(remote_read, "remote_read"), _check.flag(remote_write, "remote_write")
+    return (_lib.TENT_REMOTE_READ if read else 0) | (_lib.TENT_REMOTE_WRITE if write else 0)
 
 
 def _location_arg(location: Optional[str], buf: Buffer) -> Optional[bytes]:
@@ -200,7 +170,13 @@ class Engine(_Managed):
         super().__init__()
         dll = _lib.lib()
         if transports is not None and not isinstance(transports, (str, bytes)):
-            transports = ",".join(transports)
+            try:
+                names = list(transports)
+            except TypeError:
+                raise TypeError(f"transports must be a str or a sequence of str, not {type(transports).__name__}") from None
+            if not all(isinstance(t, str) for t in names):
+                raise TypeError("transports must be a str or a sequence of str")
+            transports = ",".join(names)
         opts = _lib.EngineOptions(size=sizeof(_lib.EngineOptions))
         opts.name = _cstr(name, "name")
         opts.listen_addr = _cstr(listen_addr, "listen_addr")
@@ -209,18 +185,16 @@ class Engine(_Managed):
         opts.transports = _cstr(transports, "transports")  # type: ignore[arg-type]
         secret_buf = None
         if secret is not None:
-            secret_b = secret.encode() if isinstance(secret, str) else bytes(secret)
+            secret_b = _check.blob(secret, "secret", allow_empty=True)
             if not secret_b:
                 raise InvalidArgument("secret is empty: pass None for no secret")
             secret_buf = ctypes.create_string_buffer(secret_b, len(secret_b))
             opts.secret = ctypes.addressof(secret_buf)
             opts.secret_len = len(secret_b)
-        opts.timeout_ms = _millis(timeout, "timeout", zero_is_default=True)
-        opts.unregister_timeout_ms = _millis(unregister_timeout, "unregister_timeout", zero_is_default=True)
+        opts.timeout_ms = _check.millis(timeout, "timeout", zero_is_default=True)
+        opts.unregister_timeout_ms = _check.millis(unregister_timeout, "unregister_timeout", zero_is_default=True)
         if tcp_streams is not None:
-            if isinstance(tcp_streams, bool) or not isinstance(tcp_streams, int) or not 0 < tcp_streams < 1 << 32:
-                raise InvalidArgument(f"tcp_streams must be a positive int, not {tcp_streams!r}")
-            opts.tcp_streams = tcp_streams
+            opts.tcp_streams = _check.bounded(tcp_streams, "tcp_streams", 1, (1 << 32) - 1)
         h = c_void_p()
         check(dll.tent_engine_create(byref(opts), byref(h)))
         del secret_buf
@@ -410,8 +384,7 @@ class Engine(_Managed):
         shared memory same-host peers map directly; ``.view()`` and
         ``.numpy()`` give zero-copy access to it. Freed by ``close()``."""
         h = self._h()
-        if isinstance(size, bool) or not isinstance(size, int):
-            raise TypeError(f"size must be an int, not {type(size).__name__}")
+        size = _check.integer(size, "size")
         if not 0 < size < 1 << 63:
             raise InvalidArgument(f"size must be positive (and below 2**63), not {size}")
         addr, out = c_void_p(), c_void_p()
@@ -445,8 +418,7 @@ class Engine(_Managed):
             region.handle  # raises InvalidHandle if it was closed
             if into and region.readonly:
                 raise InvalidArgument("the region is read-only memory: it cannot be the destination of a read")
-            if isinstance(offset, bool) or not isinstance(offset, int):
-                raise TypeError("the offset of a (Region, offset) pair must be an int")
+            offset = _check.integer(offset, "the offset of a (Region, offset) pair")
             if not 0 <= offset < region.size:
                 raise InvalidArgument(f"offset {offset} is outside the region ({region.size} bytes)")
             return region.addr + offset, region.size - offset, region
@@ -462,12 +434,10 @@ class Engine(_Managed):
         if timeout is None and notify is None and transport is None:
             return None, None
         opts = _lib.TransferOptions(size=sizeof(_lib.TransferOptions))
-        opts.timeout_ms = _millis(timeout, "timeout", zero_is_default=True)
+        opts.timeout_ms = _check.millis(timeout, "timeout", zero_is_default=True)
         keep = None
         if notify is not None:
-            msg = notify.encode() if isinstance(notify, str) else bytes(notify)
-            if len(msg) > _lib.MAX_NOTIFY_LEN:
-                raise InvalidArgument(f"notify is {len(msg)} bytes, at most {_lib.MAX_NOTIFY_LEN}")
+            msg = _check.blob(notify, "notify", max_len=_lib.MAX_NOTIFY_LEN, allow_empty=True)
             if msg:
                 keep = ctypes.create_string_buffer(msg, len(msg))
                 opts.notify = ctypes.addressof(keep)
@@ -491,14 +461,12 @@ class Engine(_Managed):
         addr, n, keep = self._local(local, into=op == READ)
         if length is None:
             length = n
-        elif isinstance(length, bool) or not isinstance(length, int):
-            raise TypeError(f"length must be an int, not {type(length).__name__}")
-        elif not 0 < length <= n:
-            raise InvalidArgument(f"length {length} is not within the local memory's {n} bytes")
-        if isinstance(remote_addr, bool) or not isinstance(remote_addr, int):
-            raise TypeError(f"remote_addr must be an int, not {type(remote_addr).__name__}")
-        if not 0 <= remote_addr < 1 << 64:
-            raise InvalidArgument(f"remote_addr {remote_addr} is out of range")
+        else:
+            length = _check.integer(length, "length")
+            if not 0 < length <= n:
+                raise InvalidArgument(f"length {length} is not within the local memory's {n} bytes")
+        remote_addr = _check.u64(remote_addr, "remote_addr")
+        _check.span(remote_addr, length, "remote range")
         seg = segment.handle
         if timeout is None and transport is None:
             opts = okeep = None
@@ -599,7 +567,7 @@ class Engine(_Managed):
         waiting up to timeout seconds (None: the engine's default timeout;
         0: do not wait). Raises tent.Timeout when none arrives."""
         h = self._h()
-        ms = _millis(timeout, "timeout", zero_is_default=False)
+        ms = _check.millis(timeout, "timeout", zero_is_default=False)
         dll = _lib.lib()
         # A sender name always fits TENT_MAX_NAME_LEN + 1 bytes; only the
         # message may need a second try, with its reported length.
@@ -622,6 +590,34 @@ _sync_bufs = threading.local()
 def _new_sync_bufs() -> Tuple[Any, Any, Any, Any]:
     req, status = _lib.Request(), _lib.RequestStatus()
     return req, status, byref(req), byref(status)
+
+
+def _checked_request(i: int, r: Any) -> _lib.Request:
+    """One (op, local, segment, remote_addr, length) tuple as a Request,
+    each field checked: ctypes would store 2**64 + x as x."""
+    try:
+        op, local, seg, remote, length = r
+    except (TypeError, ValueError):
+        raise TypeError(f"request {i} is not (op, local_addr, segment, remote_addr, length): {r!r}") from None
+    what = f"request {i}"
+    code = opcode(op)
+    length = _check.u64(length, f"{what}: length")
+    if length == 0:
+        raise InvalidArgument(f"{what}: length must be positive")
+    if isinstance(local, Region):
+        if local.closed:
+            raise InvalidHandle(f"{what}: the local region is closed")
+        if length > local.size:
+            raise InvalidArgument(f"{what}: length {length} is larger than the local region ({local.size} bytes)")
+        if code == READ and local.readonly:
+            raise InvalidArgument(f"{what}: the local region is read-only memory: it cannot be the destination of a read")
+        laddr = local.addr
+    else:
+        laddr = _check.u64(local, f"{what}: local_addr")
+    _check.span(laddr, length, f"{what}: local range")
+    raddr = _check.u64(remote, f"{what}: remote_addr")
+    _check.span(raddr, length, f"{what}: remote range")
+    return _lib.Request(code, 0, laddr, segment_handle(seg), raddr, length)
 
 
 def _request_array(requests: Any) -> Tuple[Any, int, Any]:
@@ -654,13 +650,7 @@ def _request_array(requests: Any) -> Tuple[Any, int, Any]:
             if isinstance(r, _lib.Request):
                 arr[i] = r
                 continue
-            try:
-                op, local, seg, remote, length = r
-            except (TypeError, ValueError):
-                raise TypeError(f"request {i} is not (op, local_addr, segment, remote_addr, length): {r!r}") from None
-            arr[i] = _lib.Request(
-                opcode(op), 0, getattr(local, "addr", local), getattr(seg, "handle", seg), remote, length
-            )
+            arr[i] = _checked_request(i, r)
         return arr, n, arr
     raise TypeError(
         f"requests must be a numpy array of tent.request_dtype, a ctypes array of tent.Request, "
@@ -820,7 +810,7 @@ class AllocatedRegion(Region):
 
     def numpy(self, dtype: Any = "u1", shape: Any = None) -> Any:
         """A numpy array over the allocation (zero-copy, host memory only)."""
-        import numpy as np
+        np = _check.numpy("AllocatedRegion.numpy")
 
         self.handle
         if self._views is None:
@@ -924,7 +914,7 @@ class Batch(_Child):
         deadline). The batch stays valid either way."""
         h = self.handle
         dll = _lib.lib()
-        ms = _millis(timeout, "timeout", zero_is_default=False)
+        ms = _check.millis(timeout, "timeout", zero_is_default=False, inf_ok=True)
         while True:
             step = self._WAIT_SLICE_MS if ms < 0 else min(ms, self._WAIT_SLICE_MS)
             st = dll.tent_batch_wait(h, step)
@@ -961,7 +951,7 @@ class Batch(_Child):
 
     def status_array(self) -> Any:
         """The results as a numpy array of ``tent.status_dtype`` (a copy)."""
-        import numpy as np
+        np = _check.numpy("Batch.status_array")
 
         from ._requests import status_dtype
 

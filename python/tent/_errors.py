@@ -10,7 +10,7 @@ Nothing in this package logs an error and returns None.
 
 from __future__ import annotations
 
-from typing import Dict, Optional, Tuple, Type
+from typing import Dict, Optional, Tuple, Type, Union
 
 from . import _lib
 
@@ -41,8 +41,8 @@ class TentError(Exception):
         return (type(self), (self.message, self.code))
 
 
-# (status name, class name, extra builtin base, docstring). The one table.
-_TABLE: Tuple[Tuple[str, str, Optional[type], str], ...] = (
+# (status name, class name, extra builtin base(s), docstring). The one table.
+_TABLE: Tuple[Tuple[str, str, Union[None, type, Tuple[type, ...]], str], ...] = (
     ("INVALID_ARGUMENT", "InvalidArgument", ValueError, "An argument is invalid (also a ValueError)."),
     (
         "INVALID_HANDLE",
@@ -54,7 +54,12 @@ _TABLE: Tuple[Tuple[str, str, Optional[type], str], ...] = (
     ("ALREADY_REGISTERED", "AlreadyRegistered", ValueError, "Exactly this memory is already registered."),
     ("NOT_REGISTERED", "NotRegistered", ValueError, "The local memory of a request is not registered."),
     ("BUSY", "Busy", None, "The resource is busy (e.g. transfers still use a region being unregistered)."),
-    ("OUT_OF_RANGE", "OutOfRange", IndexError, "A range lies outside the registered memory (also an IndexError)."),
+    (
+        "OUT_OF_RANGE",
+        "OutOfRange",
+        (IndexError, ValueError),
+        "A range lies outside the registered memory (also an IndexError and a ValueError).",
+    ),
     ("PERMISSION_DENIED", "PermissionDenied", PermissionError, "The peer's registration does not allow this access."),
     ("NOT_FOUND", "NotFound", KeyError, "A name (segment, transport) was not found (also a KeyError)."),
     ("UNSUPPORTED", "Unsupported", NotImplementedError, "Not supported here (e.g. GPU memory without a GPU)."),
@@ -81,11 +86,12 @@ ERRORS: Dict[int, Type[TentError]] = {}
 _namespace = globals()
 for _status, _cls_name, _builtin, _doc in _TABLE:
     _code = getattr(_lib, "TENT_ERR_" + _status)
-    _bases: Tuple[type, ...] = (TentError,) if _builtin is None else (TentError, _builtin)
+    _extra = () if _builtin is None else _builtin if isinstance(_builtin, tuple) else (_builtin,)
+    _bases: Tuple[type, ...] = (TentError, *_extra)
     _cls = type(_cls_name, _bases, {"__doc__": _doc, "code": _code, "status": "TENT_ERR_" + _status, "__module__": "tent"})
     ERRORS[_code] = _cls
     _namespace[_cls_name] = _cls
-del _namespace, _status, _cls_name, _builtin, _doc, _code, _bases, _cls
+del _namespace, _status, _cls_name, _builtin, _doc, _code, _extra, _bases, _cls
 
 # Names for type checkers and readers (assigned by the loop above).
 InvalidArgument: Type[TentError]

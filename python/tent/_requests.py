@@ -12,7 +12,7 @@ from __future__ import annotations
 import ctypes
 from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Union
 
-from . import _lib
+from . import _check, _lib
 from ._errors import InvalidArgument, error_for
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,7 +25,7 @@ _dtypes: Dict[str, Any] = {}
 
 
 def _numpy_dtype(struct: Any) -> Any:
-    import numpy as np
+    np = _check.numpy("tent.request_dtype and tent.status_dtype")
 
     kinds = {
         ctypes.c_uint32: np.uint32,
@@ -67,6 +67,8 @@ _OPS = {"read": READ, "write": WRITE, READ: READ, WRITE: WRITE}
 
 def opcode(op: Union[str, int]) -> int:
     """"read"/"write" or tent.READ/tent.WRITE -> the opcode."""
+    if isinstance(op, bool):  # True == 1 == WRITE, but not by intent
+        raise TypeError("op must be 'read', 'write', tent.READ or tent.WRITE, not a bool")
     try:
         return _OPS[op.lower() if isinstance(op, str) else op]
     except (KeyError, TypeError):
@@ -75,9 +77,19 @@ def opcode(op: Union[str, int]) -> int:
 
 def _address(obj: Any, what: str) -> int:
     addr = getattr(obj, "addr", obj)
-    if isinstance(addr, bool) or not isinstance(addr, int):
-        raise TypeError(f"{what} must be a Region or an int address, not {type(obj).__name__}")
-    return addr
+    try:
+        return _check.u64(addr, what)
+    except TypeError:
+        raise TypeError(f"{what} must be a Region or an int address, not {type(obj).__name__}") from None
+
+
+def segment_handle(segment: Any) -> int:
+    """A Segment's handle (or a raw handle int), checked to fit a pointer."""
+    seg = getattr(segment, "handle", segment)
+    try:
+        return _check.u64(seg, "segment handle")
+    except TypeError:
+        raise TypeError(f"segment must be a Segment, not {type(segment).__name__}") from None
 
 
 def make_requests(
@@ -97,32 +109,30 @@ def make_requests(
     Segment (or its handle). Request i moves ``lengths[i]`` bytes between
     ``local + local_offsets[i]`` and ``remote + remote_offsets[i]``
     (``remote_offsets`` defaults to ``local_offsets``; ``lengths`` may be one
-    int). Offsets are checked to be non-negative, lengths positive, and, for
-    a Region, every local range inside it. Returns a ``request_dtype`` array
-    for ``Engine.transfer``.
+    int). Offsets and lengths must be integers (a float is a TypeError),
+    offsets non-negative, lengths positive; no range may run past 2**64 and,
+    for a Region, every local range must lie inside it (InvalidArgument).
+    Returns a ``request_dtype`` array for ``Engine.transfer``.
     """
-    import numpy as np
+    np = _check.numpy("tent.make_requests")
 
     code = opcode(op)
     base = _address(local, "local")
     rbase = _address(remote, "remote")
-    seg = getattr(segment, "handle", segment)
-    if isinstance(seg, bool) or not isinstance(seg, int):
-        raise TypeError(f"segment must be a Segment, not {type(segment).__name__}")
-    try:
-        loff = np.asarray(local_offsets, dtype=np.int64).reshape(-1)
-        roff = loff if remote_offsets is None else np.asarray(remote_offsets, dtype=np.int64).reshape(-1)
-        lens = np.broadcast_to(np.asarray(lengths, dtype=np.int64), loff.shape)
-    except (OverflowError, ValueError) as exc:
-        raise InvalidArgument(f"offsets and lengths must be integers that fit in 63 bits: {exc}") from None
+    seg = segment_handle(segment)
+    loff = _check.u64_array(np, local_offsets, "local_offsets").reshape(-1)
+    roff = loff if remote_offsets is None else _check.u64_array(np, remote_offsets, "remote_offsets").reshape(-1)
+    lens = _check.u64_array(np, lengths, "lengths")
     n = loff.shape[0]
     if n == 0:
         raise InvalidArgument("no requests: local_offsets is empty")
     if roff.shape != loff.shape:
         raise InvalidArgument(f"remote_offsets has {roff.shape[0]} entries, local_offsets {n}")
-    if (loff < 0).any() or (roff < 0).any():
-        raise InvalidArgument("offsets must not be negative")
-    if (lens <= 0).any():
+    try:
+        lens = np.broadcast_to(lens, loff.shape)
+    except ValueError:
+        raise InvalidArgument(f"lengths has {lens.size} entries, local_offsets {n}") from None
+    if (lens == 0).any():
         raise InvalidArgument("lengths must be positive")
     if getattr(local, "closed", False):
         from ._errors import InvalidHandle
@@ -131,18 +141,21 @@ def make_requests(
     if code == READ and getattr(local, "readonly", False):
         raise InvalidArgument("the local region is read-only memory: it cannot be the destination of a read")
     size: Optional[int] = getattr(local, "size", None)
-    if size is not None:
-        end = loff + lens
-        if (end < loff).any() or int(end.max()) > size:
-            i = int(np.argmax(end))
+    for side, offs, limit in (("local", loff, _check.U64_END - base if size is None else size),
+                              ("remote", roff, _check.U64_END - rbase)):
+        ok = _check.ranges_fit(np, offs, lens, limit)
+        if not ok.all():
+            i = int(np.argmin(ok))
+            where = f"the region ({size} bytes)" if side == "local" and size is not None else "2**64"
             raise InvalidArgument(
-                f"request {i}: local range [{int(loff[i])}, {int(end[i])}) lies outside the region ({size} bytes)"
+                f"request {i}: {side} range {int(offs[i])}+{int(lens[i])} from {base if side == 'local' else rbase:#x} "
+                f"runs past {where}"
             )
     out = np.zeros(n, dtype=request_dtype())
     out["opcode"] = code
-    out["local_addr"] = loff.astype(np.uint64) + np.uint64(base)
+    out["local_addr"] = loff + np.uint64(base)  # no wrap: checked above
     out["segment"] = seg
-    out["remote_addr"] = roff.astype(np.uint64) + np.uint64(rbase)
+    out["remote_addr"] = roff + np.uint64(rbase)
     out["length"] = lens
     return out
 
