@@ -217,13 +217,16 @@ bench-register: $(BUILD)/bench_register
 # make bench: tent-bench (the wheel, in build/venv-test) and its C++ twin
 # (build/cpp_examples/bench, the raw C ABI) over every transport x block size
 # x READ/WRITE at batch 128, with --check and the machine's limits (memcpy,
-# iperf3). JSON lines: build/bench-python.jsonl, build/bench-cpp.jsonl.
+# iperf3). JSON lines: build/bench-python.jsonl, build/bench-cpp.jsonl; the
+# plot build/bench-python.png only where matplotlib imports (tent-bench
+# refuses --plot without it, exit 2, before the sweep).
 # make bench-compare [ARGS=--quick]: tent next to Mooncake and NIXL (bench/compare/).
 BENCH_ARGS ?= --transport local,shm,shm:register,tcp --op write,read --block-size 4K-64M --batch 128 --check
 
 bench: wheel $(VENV_TEST)/.stamp $(CPP_EX)/bench
 	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
-	$(VENV_TEST)/bin/tent-bench $(BENCH_ARGS) --json $(BUILD)/bench-python.jsonl --plot $(BUILD)/bench-python.png
+	$(VENV_TEST)/bin/tent-bench $(BENCH_ARGS) --json $(BUILD)/bench-python.jsonl \
+	  $$($(VENV_TEST)/bin/python -c 'import matplotlib' 2>/dev/null && echo --plot $(BUILD)/bench-python.png)
 	./$(CPP_EX)/bench $(BENCH_ARGS) --json $(BUILD)/bench-cpp.jsonl
 
 bench-compare:

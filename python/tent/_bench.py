@@ -41,7 +41,9 @@ shown as a fraction of its limit: local and shm of memcpy at that block
 size, tcp of iperf3 (the mean of the before and after runs).
 
 Exit status: 0 when every point ran (and checked, with ``--check``), 1 if
-any failed, 2 for bad arguments.
+any failed, 2 for bad arguments (``--plot`` without matplotlib among them:
+checked before anything runs), 3 when a tent error stopped the run (one
+line on stderr; ``--debug`` or ``TENT_DEBUG=1`` shows the traceback).
 """
 
 from __future__ import annotations
@@ -829,17 +831,31 @@ def print_limits(limits: Dict[str, Any], notes: List[str], file: Any = sys.stdou
         print(f"note: {n}", file=file)
 
 
-def plot(points: List[Dict[str, Any]], limits: Dict[str, Any], path: str, title: str = "tent-bench") -> Optional[str]:
-    """Draws GB/s and batch latency against block size; returns an error
-    message when matplotlib is missing."""
+def _pyplot() -> Tuple[Any, Optional[str]]:
+    """(matplotlib.pyplot with the Agg backend, None), or (None, why not)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:
-        return (f"--plot {path}: matplotlib is not installed in {sys.executable} "
-                f"(pip install matplotlib); the figures are in the table and --json")
+    except ImportError as exc:
+        return None, f"matplotlib is not installed in {sys.executable} (pip install matplotlib): {exc}"
+    return plt, None
+
+
+def plot_unavailable(path: str) -> Optional[str]:
+    """Why --plot PATH cannot be drawn (None if it can). Asked before a
+    sweep, so a missing matplotlib costs nothing but this message."""
+    _, why = _pyplot()
+    return None if why is None else f"--plot {path}: {why}"
+
+
+def plot(points: List[Dict[str, Any]], limits: Dict[str, Any], path: str, title: str = "tent-bench") -> Optional[str]:
+    """Draws GB/s and batch latency against block size; returns an error
+    message when matplotlib is missing."""
+    plt, why = _pyplot()
+    if why is not None:
+        return f"--plot {path}: {why}"
     series: Dict[str, List[Dict[str, Any]]] = {}
     for r in points:
         if r.get("type") != "point":
@@ -949,6 +965,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     o.add_argument("--no-limits", dest="limits", action="store_false", help="skip the memcpy and iperf3 limits")
     o.add_argument("--iperf3-seconds", type=float, default=3.0, help="length of each iperf3 run, whole seconds (3)")
     o.add_argument("--memcpy-seconds", type=float, default=0.3, help="length of each memcpy measurement (0.3)")
+    o.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                   help="show the full traceback of an error (also TENT_DEBUG=1)")
     o.add_argument("--from-json", metavar="FILE",
                    help="print the table (and --plot) of an earlier --json FILE (from tent-bench or bench.cc)")
 
@@ -978,6 +996,11 @@ def replay(args: argparse.Namespace) -> int:
 def main(args: argparse.Namespace) -> int:
     if args.role == "target":
         return target_main(args)
+    if args.plot:
+        why = plot_unavailable(args.plot)
+        if why is not None:
+            print(f"tent-bench: {why}; nothing was run", file=sys.stderr)
+            return 2
     if args.from_json:
         return replay(args)
     if args.role == "initiator" and not args.target:
@@ -1081,4 +1104,7 @@ def main(args: argparse.Namespace) -> int:
 
 def bench_main(argv: Optional[Sequence[str]] = None) -> int:
     """The tent-bench console script."""
-    return main(make_parser("tent-bench").parse_args(argv))
+    from ._cli import guarded
+
+    args = make_parser("tent-bench").parse_args(argv)
+    return guarded("tent-bench", args, lambda: main(args))

@@ -8,6 +8,11 @@ transport the library reports having used. Exit status 1 if a checksum
 differs or a request was served by another transport than asked.
 
 Needs nothing but this package (numpy is not used).
+
+Exit status (every command): 0 success, 1 a result was wrong (a checksum,
+a failed point), 2 bad arguments, 3 a tent error stopped the command
+(printed as one line; ``--debug`` or ``TENT_DEBUG=1`` shows its traceback),
+130 interrupted.
 """
 
 from __future__ import annotations
@@ -19,10 +24,11 @@ import subprocess
 import sys
 import time
 import zlib
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from . import _engine as eng
 from . import _lib
+from ._errors import TentError
 from ._requests import READ, WRITE
 from ._units import human, parse_size
 
@@ -246,13 +252,50 @@ def _demo_main(args: argparse.Namespace) -> int:
 
 # ---- entry points -----------------------------------------------------------------------
 
+EXIT_TENT_ERROR = 3
+EXIT_INTERRUPTED = 130
+
+
+def debug_wanted(args: argparse.Namespace) -> bool:
+    """--debug on the command line, or TENT_DEBUG set to anything but 0."""
+    return bool(getattr(args, "debug", False)) or os.environ.get("TENT_DEBUG", "") not in ("", "0")
+
+
+def guarded(prog: str, args: argparse.Namespace, run: Callable[[], int]) -> int:
+    """run(), with a tent error reported as one line and EXIT_TENT_ERROR
+    (a user needs the message, not the ctypes frames), unless debugging
+    was asked for: then the traceback propagates unchanged."""
+    if debug_wanted(args):
+        return run()
+    try:
+        return run()
+    except TentError as exc:
+        print(f"{prog}: error: {type(exc).__name__}: {exc} (--debug or TENT_DEBUG=1 for the traceback)",
+              file=sys.stderr)
+        return EXIT_TENT_ERROR
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def _add_debug(p: argparse.ArgumentParser, top: bool = False) -> None:
+    # SUPPRESS below the top level: a subcommand's default must not undo
+    # "python -m tent --debug demo".
+    p.add_argument("--debug", action="store_true", default=False if top else argparse.SUPPRESS,
+                   help="show the full traceback of an error (also TENT_DEBUG=1)")
+
+
+COMMANDS = ("version", "topology", "demo", "bench")  # what --help lists ("peer" is internal)
+
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m tent", description="tent: a transfer engine for LLM inference")
-    sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("version", help="print the package and library versions")
-    sub.add_parser("topology", help="print the GPU topology (JSON)")
+    _add_debug(p, top=True)
+    sub = p.add_subparsers(dest="command", required=True, metavar="{" + ",".join(COMMANDS) + "}")
+    _add_debug(sub.add_parser("version", help="print the package and library versions"))
+    _add_debug(sub.add_parser("topology", help="print the GPU topology (JSON)"))
     d = sub.add_parser("demo", help="two processes moving data over each transport, with checksums")
+    _add_debug(d)
     d.add_argument("--size", type=parse_size, default=parse_size("64M"), help="bytes per transfer (64M)")
     d.add_argument("--block-size", type=parse_size, default=parse_size("1M"), help="bytes per request (1M)")
     d.add_argument("--iters", type=int, default=3, help="timed repetitions; the best is shown (3)")
@@ -264,7 +307,8 @@ def parser() -> argparse.ArgumentParser:
     b = sub.add_parser("bench", help="throughput and latency sweeps with the machine's limits (same as tent-bench)",
                        description=_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _bench.add_args(b)
-    peer = sub.add_parser("peer", help=argparse.SUPPRESS)
+    # No help=: argparse before 3.14 would list it as "peer  ==SUPPRESS==".
+    peer = sub.add_parser("peer")
     peer.add_argument("--size", type=int, required=True)
     peer.add_argument("--transports")
     peer.add_argument("--timeout", type=float, default=30.0)
@@ -273,6 +317,10 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser().parse_args(argv)
+    return guarded("python -m tent", args, lambda: _run(args))
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.command == "version":
         from . import __version__
 

@@ -1,12 +1,14 @@
 """Bad input: each mistake raises one specific exception, and the engine
 is unharmed afterwards (a transfer still works, nothing leaked)."""
 
+import ctypes
+
 import numpy as np
 import pytest
 
 import tent
 
-from conftest import has_gpu, leaks
+from conftest import has_gpu, leaks, run_python
 
 
 @pytest.fixture
@@ -273,3 +275,305 @@ def test_unknown_segment(setup):
         engine.open_segment("")
     with pytest.raises((tent.TransportError, tent.NotFound, tent.Timeout)):
         engine.open_segment("127.0.0.1:1")
+
+
+# ---- values ctypes would convert silently (tent/_check.py) -------------------
+#
+# ctypes stores 2**64 + x as x and -1 as 2**64 - 1; numpy's int64 cast
+# truncates 0.5 to 0. Each case names a request (a list entry for
+# Engine.transfer) whose values are wrong in one way, and the exception it
+# must raise; nothing may be submitted, and the destination stays untouched.
+
+U64 = 1 << 64
+
+
+def _requests_cases():
+    # (id, build(rs, rd, seg) -> one request tuple, exception)
+    return [
+        ("remote 2**64 + addr", lambda rs, rd, seg: ("write", rs, seg, U64 + rd.addr, 16), tent.InvalidArgument),
+        ("local 2**64 + addr", lambda rs, rd, seg: ("write", U64 + rs.addr, seg, rd.addr, 16), tent.InvalidArgument),
+        ("remote -1", lambda rs, rd, seg: ("write", rs, seg, -1, 16), tent.InvalidArgument),
+        ("local -1", lambda rs, rd, seg: ("write", -1, seg, rd.addr, 16), tent.InvalidArgument),
+        ("length 2**64 + 16", lambda rs, rd, seg: ("write", rs, seg, rd.addr, U64 + 16), tent.InvalidArgument),
+        ("length -16", lambda rs, rd, seg: ("write", rs, seg, rd.addr, -16), tent.InvalidArgument),
+        ("length 0", lambda rs, rd, seg: ("write", rs, seg, rd.addr, 0), tent.InvalidArgument),
+        ("remote range wraps", lambda rs, rd, seg: ("write", rs, seg, U64 - 8, 16), tent.InvalidArgument),
+        ("local range wraps", lambda rs, rd, seg: ("write", U64 - 8, seg, rd.addr, 16), tent.InvalidArgument),
+        ("length past the local Region", lambda rs, rd, seg: ("write", rs, seg, rd.addr, 4097), tent.InvalidArgument),
+        ("segment 2**64 + handle", lambda rs, rd, seg: ("write", rs, U64 + seg.handle, rd.addr, 16),
+         tent.InvalidArgument),
+        ("length float", lambda rs, rd, seg: ("write", rs, seg, rd.addr, 16.0), TypeError),
+        ("length bool", lambda rs, rd, seg: ("write", rs, seg, rd.addr, True), TypeError),
+        ("remote float", lambda rs, rd, seg: ("write", rs, seg, float(rd.addr), 16), TypeError),
+        ("remote str", lambda rs, rd, seg: ("write", rs, seg, str(rd.addr), 16), TypeError),
+        ("local float", lambda rs, rd, seg: ("write", float(rs.addr), seg, rd.addr, 16), TypeError),
+        ("segment float", lambda rs, rd, seg: ("write", rs, float(seg.handle), rd.addr, 16), TypeError),
+        ("op bool", lambda rs, rd, seg: (True, rs, seg, rd.addr, 16), TypeError),
+    ]
+
+
+@pytest.mark.parametrize("build, exc", [c[1:] for c in _requests_cases()], ids=[c[0] for c in _requests_cases()])
+def test_transfer_tuple_values_are_checked(setup, build, exc):
+    engine, src, dst, rs, rd, seg = setup
+    req = build(rs, rd, seg)
+    with pytest.raises(exc):
+        engine.transfer([req]).wait()
+    assert engine.stats()["batches"] == 0  # nothing was submitted
+    assert not dst.any()  # and nothing written
+
+
+def test_transfer_tuple_numpy_integers_are_integers(setup):
+    engine, src, dst, rs, rd, seg = setup
+    with engine.transfer([("write", np.uint64(rs.addr), seg, np.uint64(rd.addr), np.int32(16)),
+                          (tent.WRITE, rs, seg.handle, np.int64(rd.addr + 16), np.uint16(16))]) as b:
+        b.wait()
+    assert np.array_equal(dst[:16], src[:16]) and np.array_equal(dst[16:32], src[:16]) and not dst[32:].any()
+
+
+def _make_requests_cases():
+    # (id, kwargs over a base of op "write", local rs, segment seg, remote rd.addr,
+    #  local_offsets [0], lengths 16; values may be callables of (rs, rd)), exception)
+    return [
+        ("remote -1", {"remote": -1}, tent.InvalidArgument),
+        ("remote 2**64", {"remote": U64}, tent.InvalidArgument),
+        ("remote base + offset wraps", {"remote": U64 - 4096, "remote_offsets": lambda rs, rd: [4096 + rd.addr]},
+         tent.InvalidArgument),
+        ("remote offset + length wraps", {"remote": 0, "remote_offsets": [U64 - 1], "lengths": 2},
+         tent.InvalidArgument),
+        ("local int base 2**64 + addr", {"local": lambda rs, rd: U64 + rs.addr}, tent.InvalidArgument),
+        ("local int base + length wraps", {"local": U64 - 8}, tent.InvalidArgument),
+        ("local int base + offset wraps", {"local": lambda rs, rd: rs.addr,
+                                          "local_offsets": lambda rs, rd: [U64 - rs.addr]},
+         tent.InvalidArgument),
+        # 2**63 + 2**63 is 0 in uint64: a naive end <= size check passes it
+        ("offset + length wraps uint64", {"local_offsets": [1 << 63], "lengths": 1 << 63}, tent.InvalidArgument),
+        ("offset past the Region", {"local_offsets": [4095], "lengths": 2}, tent.InvalidArgument),
+        ("offset 2**64", {"local_offsets": [U64]}, tent.InvalidArgument),
+        ("offset 2**70", {"local_offsets": [1 << 70]}, tent.InvalidArgument),
+        ("negative remote offset", {"remote_offsets": [-1]}, tent.InvalidArgument),
+        ("length 2**64", {"lengths": U64}, tent.InvalidArgument),
+        ("length -1", {"lengths": [-1]}, tent.InvalidArgument),
+        ("lengths of another shape", {"local_offsets": [0, 16, 32], "lengths": [16, 16]}, tent.InvalidArgument),
+        ("offset 0.5", {"local_offsets": [0.5]}, TypeError),
+        ("float32 offsets", {"local_offsets": np.zeros(1, np.float32)}, TypeError),
+        ("remote offset 0.5", {"remote_offsets": [0.5]}, TypeError),
+        ("length 16.0", {"lengths": 16.0}, TypeError),
+        ("lengths [16.5]", {"lengths": [16.5]}, TypeError),
+        ("bool lengths", {"lengths": [True]}, TypeError),
+        ("str offsets", {"local_offsets": ["0"]}, TypeError),
+        ("object offsets with a float", {"local_offsets": np.array([0, 0.5], dtype=object)}, TypeError),
+        ("remote float", {"remote": lambda rs, rd: float(rd.addr)}, TypeError),
+        ("remote bool", {"remote": True}, TypeError),
+        ("segment handle 2**64", {"segment": U64}, tent.InvalidArgument),
+    ]
+
+
+def _make_requests_kwargs(rs, rd, seg, overrides):
+    kw = {"op": "write", "local": rs, "segment": seg, "remote": rd.addr, "local_offsets": [0], "lengths": 16}
+    for k, v in overrides.items():
+        kw[k] = v(rs, rd) if callable(v) else v
+    return kw
+
+
+@pytest.mark.parametrize("overrides, exc", [c[1:] for c in _make_requests_cases()],
+                         ids=[c[0] for c in _make_requests_cases()])
+def test_make_requests_values_are_checked(setup, overrides, exc):
+    engine, src, dst, rs, rd, seg = setup
+    kw = _make_requests_kwargs(rs, rd, seg, overrides)
+    with pytest.raises(exc) as info:
+        tent.make_requests(kw.pop("op"), kw.pop("local"), kw.pop("segment"), kw.pop("remote"), **kw)
+    if exc is not TypeError:
+        assert isinstance(info.value, ValueError)  # never a bare OverflowError
+
+
+def test_make_requests_accepts_numpy_integers_and_the_full_range(setup):
+    engine, src, dst, rs, rd, seg = setup
+    reqs = tent.make_requests("write", rs, seg, np.uint64(rd.addr), local_offsets=np.array([0, 64], np.uint64),
+                              remote_offsets=np.array([64, 0], np.int16), lengths=np.int32(64))
+    assert list(reqs["local_addr"]) == [rs.addr, rs.addr + 64]
+    assert list(reqs["remote_addr"]) == [rd.addr + 64, rd.addr]
+    with engine.transfer(reqs) as b:
+        b.wait()
+    assert np.array_equal(dst[64:128], src[:64]) and np.array_equal(dst[:64], src[64:128])
+    # a range that ends exactly at 2**64 is representable (the library judges it)
+    top = tent.make_requests("write", U64 - 16, seg, U64 - 32, local_offsets=[0], remote_offsets=[16], lengths=16)
+    assert int(top["local_addr"][0]) == U64 - 16 and int(top["remote_addr"][0]) == U64 - 16
+    # offsets beyond int64 but within uint64, as Python ints
+    big = tent.make_requests("write", 0, seg, 0, local_offsets=[(1 << 63) + 5], lengths=1)
+    assert int(big["local_addr"][0]) == (1 << 63) + 5
+
+
+# ---- other parameters of the same kind ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc",
+    [
+        ({"secret": 123}, TypeError),  # bytes(123) would be 123 NUL bytes
+        ({"secret": [1, 2, 3]}, TypeError),
+        ({"secret": 1.5}, TypeError),
+        ({"secret": ""}, tent.InvalidArgument),
+        ({"secret": bytearray()}, tent.InvalidArgument),
+        ({"timeout": float("inf")}, tent.InvalidArgument),  # 0 would mean the 30 s default
+        ({"timeout": True}, TypeError),
+        ({"timeout": 10 ** 400}, tent.InvalidArgument),
+        ({"unregister_timeout": -1}, tent.InvalidArgument),
+        ({"unregister_timeout": float("nan")}, tent.InvalidArgument),
+        ({"unregister_timeout": float("inf")}, tent.InvalidArgument),
+        ({"unregister_timeout": "5"}, TypeError),
+        ({"tcp_streams": 1.5}, TypeError),
+        ({"tcp_streams": True}, TypeError),
+        ({"tcp_streams": -1}, tent.InvalidArgument),
+        ({"transports": 5}, TypeError),
+        ({"transports": ["local", 3]}, TypeError),
+        ({"metadata": "p2p\0x"}, tent.InvalidArgument),
+        ({"listen_addr": "127.0.0.1:0\0"}, tent.InvalidArgument),
+        ({"metadata_prefix": 7}, TypeError),
+    ],
+    ids=lambda v: repr(v) if isinstance(v, dict) else v.__name__,
+)
+def test_engine_options_more(kwargs, exc):
+    with pytest.raises(exc):
+        tent.Engine(**kwargs)
+
+
+def test_engine_options_of_other_valid_kinds():
+    # numpy numbers, and every bytes-like secret meaning the same bytes
+    with tent.Engine(secret=bytearray(b"s3cret"), tcp_streams=np.int64(2), timeout=np.float64(5),
+                     transports=("local", "tcp")) as a:
+        assert a.transports == ["local", "tcp"]
+        for secret in ("s3cret", b"s3cret", memoryview(b"s3cret"), np.frombuffer(b"s3cret", np.uint8)):
+            with tent.Engine(secret=secret) as b, b.open_segment(a.name):
+                pass
+        with tent.Engine(secret=memoryview(b"s3creT")) as c:
+            with pytest.raises(tent.AuthError):
+                c.open_segment(a.name)
+
+
+def test_memory_arguments_are_checked(setup):
+    engine, src, dst, rs, rd, seg = setup
+    buf = (ctypes.c_char * 64)()
+    addr = ctypes.addressof(buf)
+    for obj, exc in [((addr, 64.0), TypeError), ((float(addr), 64), TypeError), ((addr, True), TypeError),
+                     ((U64 + addr, 64), tent.InvalidArgument), ((addr, U64), tent.InvalidArgument),
+                     (_ArrayInterface(U64 + addr, (64,)), tent.InvalidArgument),
+                     (_ArrayInterface(-addr, (64,)), tent.InvalidArgument),
+                     (_ArrayInterface(float(addr), (64,)), TypeError),
+                     (_ArrayInterface(addr, (64.5,)), TypeError)]:
+        with pytest.raises(exc):
+            engine.register(obj)
+    with engine.register((np.uint64(addr), np.int32(64))) as r:  # numpy integers are integers
+        assert (r.addr, r.size) == (addr, 64)
+    with engine.register(_ArrayInterface(addr, (64,))) as r:
+        assert (r.addr, r.size) == (addr, 64)
+    for flags in ({"remote_write": "no"}, {"remote_read": 0}, {"remote_write": None}):
+        with pytest.raises(TypeError):  # "no" is truthy: it must not grant remote writes
+            engine.register(np.zeros(64, np.uint8), **flags)
+        with pytest.raises(TypeError):
+            engine.alloc(4096, **flags)
+    with engine.register(np.zeros(64, np.uint8), remote_write=np.bool_(False)) as r:
+        assert not r.info().remote_write
+    assert leaks_besides_setup(engine) == 0
+    for size, exc in ((True, TypeError), (np.float64(4096), TypeError)):
+        with pytest.raises(exc):
+            engine.alloc(size)
+    with engine.alloc(np.int64(4096)) as a:
+        assert a.size == 4096
+
+
+class _ArrayInterface:
+    """An object exposing only __array_interface__ (plain data, so it can
+    claim any address)."""
+
+    def __init__(self, addr, shape):
+        self.__array_interface__ = {"data": (addr, False), "shape": shape, "typestr": "|u1", "version": 3}
+
+
+def leaks_besides_setup(engine):
+    return engine.stats()["regions"] - 2  # the fixture's two regions
+
+
+def test_sync_transfer_values_are_checked(setup):
+    engine, src, dst, rs, rd, seg = setup
+    for call, exc in [
+        (lambda: engine.write(rs, seg, U64 - 8, 16), tent.InvalidArgument),  # remote range wraps
+        (lambda: engine.write(rs, seg, U64 + rd.addr), tent.InvalidArgument),
+        (lambda: engine.write(rs, seg, float(rd.addr)), TypeError),
+        (lambda: engine.write(rs, seg, rd.addr, True), TypeError),
+        (lambda: engine.write((rs, 1.5), seg, rd.addr), TypeError),
+        (lambda: engine.write((rs, -1), seg, rd.addr), tent.InvalidArgument),
+        (lambda: engine.write((rs, U64), seg, rd.addr), tent.InvalidArgument),
+    ]:
+        with pytest.raises(exc):
+            call()
+    assert not dst.any()
+    engine.write((rs, np.int64(16)), seg, np.uint64(rd.addr + 16), np.int32(16))
+    assert np.array_equal(dst[16:32], src[16:32]) and not dst[:16].any()
+
+
+def test_notify_and_timeout_values_are_checked(setup):
+    engine, src, dst, rs, rd, seg = setup
+    req = [("write", rs, seg, rd.addr, 16)]
+    for kwargs, exc in [({"notify": 5}, TypeError),  # bytes(5) would be 5 NUL bytes
+                        ({"notify": [1, 2]}, TypeError),
+                        ({"notify": 1.5}, TypeError),
+                        ({"notify": b"x" * 65537}, tent.InvalidArgument),
+                        ({"timeout": float("inf")}, tent.InvalidArgument),
+                        ({"timeout": float("nan")}, tent.InvalidArgument),
+                        ({"timeout": "1"}, TypeError),
+                        ({"transport": "shm\0"}, tent.InvalidArgument)]:
+        with pytest.raises(exc):
+            engine.transfer(req, **kwargs)
+    assert engine.stats()["batches"] == 0
+    for message, exc in [(5, TypeError), (1.5, TypeError), (b"x" * 65537, tent.InvalidArgument)]:
+        with pytest.raises(exc):
+            engine.notify(seg, message)
+    for timeout, exc in [(float("inf"), tent.InvalidArgument), (-1, tent.InvalidArgument),
+                         (float("nan"), tent.InvalidArgument), ("0", TypeError)]:
+        with pytest.raises(exc):
+            engine.recv_notification(timeout)
+    with engine.transfer(req, notify=bytearray(b"done")) as b:
+        for timeout, exc in [(float("nan"), tent.InvalidArgument), (-1, tent.InvalidArgument), ("1", TypeError)]:
+            with pytest.raises(exc):
+                b.wait(timeout)
+        b.wait(float("inf"))  # until the batch ends
+    assert engine.recv_notification(5) == (engine.name, b"done")
+
+
+def test_out_of_range_is_a_value_error(setup):
+    engine, src, dst, rs, rd, seg = setup
+    with pytest.raises(ValueError) as info:
+        engine.write(rs, seg, rd.addr + 1)  # runs past the remote region
+    assert isinstance(info.value, tent.OutOfRange) and isinstance(info.value, IndexError)
+
+
+def test_unmapped_registered_memory_fails_the_request_not_the_process():
+    # In a child process, so that a crash is a failed test, not a dead suite.
+    code = """
+import ctypes, mmap, numpy as np, tent
+libc = ctypes.CDLL(None)
+libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+libc.mmap.restype = ctypes.c_void_p
+with tent.Engine() as e:
+    addr = libc.mmap(None, 1 << 16, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, -1, 0)
+    gone = e.register((addr, 1 << 16))
+    ok = np.zeros(1 << 16, np.uint8)
+    rok = e.register(ok)
+    seg = e.open_segment(e.name)
+    assert libc.munmap(addr, 1 << 16) == 0
+    for name, call in (("source", lambda: e.write(gone, seg, rok.addr)), ("target", lambda: e.write(rok, seg, addr))):
+        try:
+            call()
+        except tent.InvalidArgument as exc:
+            assert "not mapped" in str(exc), exc
+            print(name, "failed cleanly")
+        else:
+            raise AssertionError(name + ": the transfer succeeded")
+    e.write(rok, seg, rok.addr)  # the engine still works
+    assert e.stats()["batches"] == 0
+    seg.close(); rok.close(); gone.close()
+"""
+    p = run_python(code)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert p.stdout.split("\n")[:2] == ["source failed cleanly", "target failed cleanly"]

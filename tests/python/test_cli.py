@@ -1,0 +1,159 @@
+"""The command line (python -m tent, tent-bench) as a user meets it: the
+help lists what a user can run, an error is one line and an exit status
+(the traceback only when asked for), --plot without matplotlib is refused
+before anything runs, and numpy's absence is named with the extra that
+brings it. Each case runs in its own interpreter, as a user's would."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import HERE
+
+MISSING_LIBRARY = {"TENT_LIBRARY": "/nonexistent/libtent.so"}
+
+
+def run(args, env=None, prelude=None, timeout=120, cwd=HERE):
+    """python -m tent ARGS (or, with prelude, python -c 'PRELUDE; main(ARGS)'
+    so the prelude can hide a module) in a fresh interpreter."""
+    full_env = dict(os.environ)
+    full_env.pop("TENT_DEBUG", None)
+    full_env.update(env or {})
+    if prelude is None:
+        cmd = [sys.executable, "-m", "tent", *args]
+    else:
+        cmd = [sys.executable, "-c", f"{prelude}\nimport sys\nfrom tent._cli import main\nsys.exit(main({args!r}))"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=str(cwd))
+
+
+# Makes `import NAME` fail the way a missing module does (sys.modules[name] = None).
+def hide(*names):
+    return "import sys\n" + "".join(f"sys.modules[{n!r}] = None\n" for n in names)
+
+
+def test_help_lists_the_commands_and_nothing_internal():
+    p = run(["--help"])
+    assert p.returncode == 0, p.stderr
+    assert "SUPPRESS" not in p.stdout
+    assert "peer" not in p.stdout  # the demo's helper process is not a user command
+    for command in ("version", "topology", "demo", "bench", "--debug"):
+        assert command in p.stdout
+    # still there for the demo, though unlisted
+    p = run(["peer", "--help"])
+    assert p.returncode == 0 and "--size" in p.stdout
+
+
+@pytest.mark.parametrize(
+    "args, env",
+    [
+        (["version"], MISSING_LIBRARY),
+        (["topology"], MISSING_LIBRARY),
+        (["demo", "--size", "64K"], MISSING_LIBRARY),
+        (["bench", "--transport", "local", "--no-limits", "--duration", "0.01"], MISSING_LIBRARY),
+        (["bench", "--transport", "local", "--no-limits", "--timeout", "-1"], {}),  # tent.InvalidArgument
+        (["demo", "--timeout", "nan"], {}),
+    ],
+    ids=["version", "topology", "demo", "bench", "bench-bad-timeout", "demo-bad-timeout"],
+)
+def test_a_tent_error_is_one_line_and_exit_status_3(args, env):
+    p = run(args, env)
+    assert p.returncode == 3, p.stdout + p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert lines[0].startswith("python -m tent: error: ") and "Traceback" not in p.stderr
+    if env:
+        assert "LibraryError: cannot load libtent from /nonexistent/libtent.so" in lines[0]
+    else:
+        assert "InvalidArgument: timeout must be >= 0 seconds" in lines[0]
+
+
+@pytest.mark.parametrize(
+    "args, env",
+    [(["--debug", "version"], {}), (["version", "--debug"], {}), (["version"], {"TENT_DEBUG": "1"}),
+     (["--debug", "bench", "--transport", "local"], {}), (["bench", "--transport", "local", "--debug"], {})],
+    ids=["--debug first", "--debug last", "TENT_DEBUG=1", "bench, --debug first", "bench, --debug last"],
+)
+def test_debug_shows_the_traceback(args, env):
+    p = run(args, {**MISSING_LIBRARY, **env})
+    assert p.returncode == 1, p.stderr  # an uncaught exception
+    assert p.stderr.startswith("Traceback (most recent call last):")
+    assert p.stderr.strip().splitlines()[-1].startswith("tent.LibraryError: cannot load libtent")
+
+
+def test_tent_debug_0_is_off():
+    p = run(["version"], {**MISSING_LIBRARY, "TENT_DEBUG": "0"})
+    assert p.returncode == 3 and len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_tent_bench_console_script_errors_are_one_line(tmp_path):
+    code = "import sys\nfrom tent._cli import bench_main\nsys.exit(bench_main(['--transport', 'local']))"
+    env = {**os.environ, **MISSING_LIBRARY}
+    env.pop("TENT_DEBUG", None)
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env,
+                       cwd=str(tmp_path))
+    assert p.returncode == 3 and p.stderr.startswith("tent-bench: error: LibraryError"), p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_plot_without_matplotlib_is_refused_before_the_sweep(tmp_path):
+    out, png = tmp_path / "sweep.jsonl", tmp_path / "sweep.png"
+    # a sweep that would take minutes if it started
+    args = ["bench", "--transport", "local,shm", "--op", "write,read", "--block-size", "4K-64M", "--duration", "30",
+            "--json", str(out), "--plot", str(png)]
+    p = run(args, prelude=hide("matplotlib"), timeout=60, cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "--plot" in p.stderr and "matplotlib is not installed" in p.stderr and "nothing was run" in p.stderr
+    assert not out.exists() and not png.exists()  # the JSON file is opened when a sweep starts
+    assert p.stdout == ""
+
+
+def test_plot_without_matplotlib_refused_when_replaying(tmp_path):
+    src = tmp_path / "old.jsonl"
+    src.write_text('{"type": "meta", "tool": "tent-bench", "impl": "python"}\n')
+    p = run(["bench", "--from-json", str(src), "--plot", str(tmp_path / "x.png")], prelude=hide("matplotlib"),
+            timeout=60, cwd=tmp_path)
+    assert p.returncode == 2 and "matplotlib is not installed" in p.stderr, p.stderr
+    assert p.stdout == ""
+
+
+def test_plot_with_matplotlib_draws(tmp_path):
+    pytest.importorskip("matplotlib")
+    src = tmp_path / "old.jsonl"
+    src.write_text('{"type": "point", "transport": "shm", "mem": "alloc", "op": "WRITE", "block_size": 4096, '
+                   '"batch": 128, "threads": 1, "gbps": 1.0, "batch_us": {"p99": 10.0}}\n')
+    png = tmp_path / "x.png"
+    p = run(["bench", "--from-json", str(src), "--plot", str(png)], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert png.stat().st_size > 1000
+
+
+NUMPY_CASES = [
+    ("make_requests", "tent.make_requests('write', 0x1000, 1, 0x2000, local_offsets=[0], lengths=4)"),
+    ("request_dtype", "tent.request_dtype"),
+    ("status_dtype", "tent.status_dtype"),
+    ("AllocatedRegion.numpy", "e.alloc(4096).numpy()"),
+    ("Batch.status_array", "e.transfer([('write', r, s, r.addr, 4)]).status_array()"),
+]
+
+
+@pytest.mark.parametrize("feature, expr", NUMPY_CASES, ids=[c[0] for c in NUMPY_CASES])
+def test_missing_numpy_names_the_extra(feature, expr):
+    code = hide("numpy") + f"""
+import tent
+buf = bytearray(4096)
+with tent.Engine() as e, e.register(buf) as r, e.open_segment(e.name) as s:
+    e.write(r, s, r.addr)  # the package itself works without numpy
+    try:
+        {expr}
+    except ModuleNotFoundError as exc:
+        assert exc.name == "numpy", exc.name
+        print(exc)
+    else:
+        raise AssertionError("no error without numpy")
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=HERE)
+    assert p.returncode == 0, p.stdout + p.stderr
+    msg = p.stdout.strip()
+    assert feature in msg and "pip install 'tent[numpy]'" in msg, msg
