@@ -37,6 +37,9 @@ type Config struct {
 	// {"ip", "netns", "exec", "NS"}; it must exec the binary it is given
 	// (not fork it), so the peer's pid is the one Start waits for.
 	Exec []string `json:"-"`
+	// Binary, when set, is run instead of this test binary (os.Args[0]):
+	// a copy of it another user may execute, say.
+	Binary string `json:"-"`
 }
 
 // Buffer is one buffer of the peer.
@@ -112,7 +115,11 @@ func Start(t testing.TB, cfg Config) *Peer {
 	if err != nil {
 		t.Fatal(err)
 	}
-	argv := append(append([]string(nil), cfg.Exec...), os.Args[0], "-test.run=^$")
+	bin := os.Args[0]
+	if cfg.Binary != "" {
+		bin = cfg.Binary
+	}
+	argv := append(append([]string(nil), cfg.Exec...), bin, "-test.run=^$")
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = append(append(os.Environ(), envConfig+"="+string(raw)), cfg.Env...)
 	cmd.Stderr = os.Stderr

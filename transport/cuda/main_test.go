@@ -56,6 +56,7 @@ func processFake() (*fakecuda.Fake, error) {
 
 func TestMain(m *testing.M) {
 	peertest.Accessors["cuda"] = gpuAccessor{}
+	peertest.Commands["handshake"] = handshakeCmd
 	peertest.Commands["fds"] = func(_ *core.Engine, args []string) (string, error) {
 		n, err := countFDs()
 		if len(args) > 0 {

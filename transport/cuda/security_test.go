@@ -1,6 +1,10 @@
 package cuda
 
 import (
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -9,7 +13,9 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/cuda/fakecuda"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/internal/testenv"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
 )
 
 // An imported CUDA handle (POSIX fd or FABRIC) is mapped with whatever
@@ -73,4 +79,60 @@ func TestReadOnlyGPUAllocation(t *testing.T) {
 	require.NoError(t, e.Close())
 	f.AssertClean(t)
 	require.NoError(t, peer.Stop())
+}
+
+// handshakeCmd ("handshake ENDPOINT") dials a cuda Unix endpoint, runs the
+// handshake with the peer's secret, and answers the status code.
+func handshakeCmd(e *core.Engine, args []string) (string, error) {
+	c, err := net.Dial("unix", args[0])
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	_, err = wire.ClientHandshake(c, wire.HandshakeConfig{
+		Secret: e.Options().Secret, Deadline: time.Now().Add(10 * time.Second), LocalName: "other-user",
+	}, KindCUDA)
+	return strconv.Itoa(int(status.CodeOf(err))), nil
+}
+
+// The cuda endpoint serves only its own uid or root: a peer of another
+// user is cut off before the handshake, so it can ask for no handle.
+func TestOtherUserRefused(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, "running a peer as another user needs root")
+	}
+	setpriv := testenv.RequireBinary(t, "setpriv")
+	f, _ := useFake(t)
+	e, tr := newEngine(t, "cuda")
+	ep := tr.Endpoints()
+	require.Len(t, ep, 1)
+	bin := sharedCopy(t, os.Args[0])
+	run := func(exec ...string) string {
+		p := peertest.Start(t, peertest.Config{Transports: []string{}, Binary: bin, Exec: exec})
+		ans, err := p.Cmd("handshake %s", ep[0].Addr)
+		require.NoError(t, err)
+		require.NoError(t, p.Stop())
+		return ans
+	}
+	require.Equal(t, strconv.Itoa(int(status.OK)), run(), "the same user passes")
+	require.NotEqual(t, strconv.Itoa(int(status.OK)),
+		run(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"), "another user does not")
+	require.Zero(t, tr.Stats()["exports_total"])
+	require.NoError(t, e.Close())
+	f.AssertClean(t)
+}
+
+// sharedCopy copies the executable at path into a directory every user
+// can enter, and returns the copy's path.
+func sharedCopy(t *testing.T, path string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	dst := filepath.Join(dir, filepath.Base(path))
+	require.NoError(t, os.WriteFile(dst, b, 0o755))
+	return dst
 }

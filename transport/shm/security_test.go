@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -17,6 +19,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/internal/testenv"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -151,6 +154,44 @@ func TestReadOnlyAllocationOverShm(t *testing.T) {
 	require.Equal(t, status.PermissionDenied, st[0].Code)
 	require.Equal(t, before, sum(t, peer, 0), "nothing written")
 	require.Zero(t, tr.Stats()["fds_received"])
+}
+
+// A peer running as another user gets no memfd, not even of a read-write
+// allocation: the same attack as above, from a process of uid 65534.
+func TestOtherUserGetsNoMemfd(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Skip(t, "running a peer as another user needs root")
+	}
+	setpriv := testenv.RequireBinary(t, "setpriv")
+	target, tr := newEngine(t, core.Options{})
+	attacker := peertest.Start(t, peertest.Config{Transports: []string{"shm"}, Binary: sharedCopy(t, os.Args[0]),
+		Exec: []string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"}})
+	r, err := target.Alloc(8192, "cpu", rw)
+	require.NoError(t, err)
+	mem := memory.Bytes(r.Addr, r.Len)
+	copy(mem, bytes.Repeat([]byte{0x5A}, len(mem)))
+	before := append([]byte(nil), mem...)
+
+	ans, err := attacker.Cmd("attack %s %d %d", tr.addr, r.Addr, r.Len)
+	require.NoError(t, err)
+	require.Equal(t, fmt.Sprintf("fds=0 wrote=0 granted=%d", status.OK), ans)
+	require.Equal(t, before, mem)
+	require.Zero(t, tr.Stats()["fds_sent"])
+}
+
+// sharedCopy copies the executable at path into a directory every user
+// can enter, and returns the copy's path.
+func sharedCopy(t *testing.T, path string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		require.NoError(t, os.Chmod(d, 0o755))
+	}
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	dst := filepath.Join(dir, filepath.Base(path))
+	require.NoError(t, os.WriteFile(dst, b, 0o755))
+	return dst
 }
 
 // Memfds go only to peers of the target's uid, or root.
