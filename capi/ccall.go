@@ -185,11 +185,11 @@ func (o *cOptions) build() (p *C.tent_engine_options, free func()) {
 // mapOptions runs the Go mapping of o alone (no engine is created).
 func mapOptions(o *cOptions) (core.Options, error) {
 	if o == nil {
-		return engineOptions(nil)
+		return engineOptions(0)
 	}
 	p, free := o.build()
 	defer free()
-	return engineOptions(p)
+	return engineOptions(uintptr(unsafe.Pointer(p)))
 }
 
 // cEngineCreate calls tent_engine_create; o == nil passes NULL options.

@@ -16,6 +16,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/handles"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
 )
 
 // Bounds on options that would otherwise be accepted and misbehave later.
@@ -24,14 +25,34 @@ const (
 	maxTCPStreams = 1024
 )
 
+// cEngineOptions mirrors tent_engine_options with addresses as integers.
+type cEngineOptions struct {
+	size, reserved0                                        uint32
+	name, listenAddr, metadata, metadataPrefix, transports uintptr
+	secret                                                 uintptr
+	secretLen                                              uint64
+	timeoutMs, unregisterTimeoutMs                         uint64
+	tcpStreams, reserved1                                  uint32
+}
+
+// The mirror must match the C layout exactly (-(a^b) overflows unless a == b).
+const (
+	_ = -(unsafe.Sizeof(cEngineOptions{}) ^ C.sizeof_tent_engine_options)
+	_ = -(unsafe.Offsetof(cEngineOptions{}.secretLen) ^ unsafe.Offsetof(C.tent_engine_options{}.secret_len))
+	_ = -(unsafe.Offsetof(cEngineOptions{}.tcpStreams) ^ unsafe.Offsetof(C.tent_engine_options{}.tcp_streams))
+)
+
 //export tentgo_engine_create
-func tentgo_engine_create(opts *C.tent_engine_options, out *C.uint64_t) (st C.tent_status) {
+func tentgo_engine_create(opts C.uintptr_t, out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("engine_create")
-	if out == nil {
+	if out == 0 {
 		return fail(status.Errorf(status.InvalidArgument, "engine_out is NULL"))
 	}
-	o, err := engineOptions(opts)
+	if err := probeWritable(uintptr(out), 8, "engine_out"); err != nil {
+		return fail(err)
+	}
+	o, err := engineOptions(uintptr(opts))
 	if err != nil {
 		return fail(err)
 	}
@@ -42,35 +63,47 @@ func tentgo_engine_create(opts *C.tent_engine_options, out *C.uint64_t) (st C.te
 	e := &engine{core: ce}
 	id := table.Add(handles.Engine, 0, e)
 	e.id.Store(id)
-	*out = C.uint64_t(id)
+	if err := writeValue(uintptr(out), C.uint64_t(id), "engine_out"); err != nil {
+		_, _ = table.Remove(handles.Engine, id)
+		_ = ce.Close()
+		return fail(err)
+	}
 	return ok()
 }
 
-// engineOptions maps tent_engine_options to core.Options. NULL means
-// defaults. Strings and the secret are copied.
-func engineOptions(p *C.tent_engine_options) (core.Options, error) {
+// engineOptions maps tent_engine_options at a to core.Options. 0 (NULL)
+// means defaults. Strings and the secret are copied.
+func engineOptions(a uintptr) (core.Options, error) {
 	var o core.Options
-	if p == nil {
+	if a == 0 {
 		return o, nil
 	}
-	if err := checkStructSize(unsafe.Pointer(p), p.size, C.sizeof_tent_engine_options, "tent_engine_options", true); err != nil {
+	p, err := readValue[cEngineOptions](a, "opts")
+	if err != nil {
+		return o, err
+	}
+	if err := checkStructSize(a, p.size, C.sizeof_tent_engine_options, "tent_engine_options", true); err != nil {
 		return o, err
 	}
 	if p.reserved0 != 0 || p.reserved1 != 0 {
 		return o, status.Errorf(status.InvalidArgument,
-			"tent_engine_options: reserved0 and reserved1 must be 0 (got %d, %d)", uint32(p.reserved0), uint32(p.reserved1))
+			"tent_engine_options: reserved0 and reserved1 must be 0 (got %d, %d)", p.reserved0, p.reserved1)
 	}
 	for _, f := range []struct {
 		name string
-		p    *C.char
+		p    uintptr
+		max  int
 		dst  *string
 	}{
-		{"name", p.name, &o.Name},
-		{"listen_addr", p.listen_addr, &o.ListenAddr},
-		{"metadata", p.metadata, &o.Metadata},
-		{"metadata_prefix", p.metadata_prefix, &o.MetadataPrefix},
+		{"name", p.name, wire.MaxNameLen, &o.Name},
+		{"listen_addr", p.listenAddr, maxStringLen, &o.ListenAddr},
+		{"metadata", p.metadata, maxStringLen, &o.Metadata},
+		{"metadata_prefix", p.metadataPrefix, maxStringLen, &o.MetadataPrefix},
 	} {
-		s, set := optString(f.p)
+		s, set, err := readString(f.p, f.max, "tent_engine_options."+f.name)
+		if err != nil {
+			return o, err
+		}
 		if set && s == "" {
 			return o, status.Errorf(status.InvalidArgument, "tent_engine_options.%s is \"\": pass NULL for the default", f.name)
 		}
@@ -80,7 +113,11 @@ func engineOptions(p *C.tent_engine_options) (core.Options, error) {
 		return o, status.Errorf(status.InvalidArgument,
 			"tent_engine_options.metadata is %q: want NULL, \"p2p\" or \"etcd://host:port[,host:port...]\"", m)
 	}
-	if ts, set := optString(p.transports); set {
+	ts, set, err := readString(p.transports, maxStringLen, "tent_engine_options.transports")
+	if err != nil {
+		return o, err
+	}
+	if set {
 		names, err := splitTransports(ts)
 		if err != nil {
 			return o, err
@@ -88,26 +125,27 @@ func engineOptions(p *C.tent_engine_options) (core.Options, error) {
 		o.Transports = names
 	}
 	switch {
-	case p.secret == nil && p.secret_len != 0:
-		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.secret is NULL but secret_len is %d", uint64(p.secret_len))
-	case p.secret != nil && p.secret_len == 0:
+	case p.secret == 0 && p.secretLen != 0:
+		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.secret is NULL but secret_len is %d", p.secretLen)
+	case p.secret != 0 && p.secretLen == 0:
 		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.secret is set but secret_len is 0")
-	case p.secret_len > maxSecretLen:
-		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.secret_len is %d, at most %d", uint64(p.secret_len), maxSecretLen)
-	case p.secret != nil:
-		o.Secret = C.GoBytes(p.secret, C.int(p.secret_len))
+	case p.secretLen > maxSecretLen:
+		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.secret_len is %d, at most %d", p.secretLen, maxSecretLen)
+	case p.secret != 0:
+		if o.Secret, err = readBytes(p.secret, p.secretLen, "tent_engine_options.secret"); err != nil {
+			return o, err
+		}
 	}
-	var err error
-	if o.DefaultTimeout, err = millis(p.timeout_ms, "timeout_ms"); err != nil {
+	if o.DefaultTimeout, err = millis(C.uint64_t(p.timeoutMs), "timeout_ms"); err != nil {
 		return o, err
 	}
-	if o.UnregisterTimeout, err = millis(p.unregister_timeout_ms, "unregister_timeout_ms"); err != nil {
+	if o.UnregisterTimeout, err = millis(C.uint64_t(p.unregisterTimeoutMs), "unregister_timeout_ms"); err != nil {
 		return o, err
 	}
-	if p.tcp_streams > maxTCPStreams {
-		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.tcp_streams is %d, at most %d", uint32(p.tcp_streams), maxTCPStreams)
+	if p.tcpStreams > maxTCPStreams {
+		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.tcp_streams is %d, at most %d", p.tcpStreams, maxTCPStreams)
 	}
-	o.TCPStreams = int(p.tcp_streams)
+	o.TCPStreams = int(p.tcpStreams)
 	return o, nil
 }
 
@@ -161,14 +199,14 @@ func tentgo_engine_destroy(id C.uint64_t) (st C.tent_status) {
 }
 
 //export tentgo_engine_name
-func tentgo_engine_name(id C.uint64_t, buf *C.char, capacity C.size_t, lenOut *C.size_t) (st C.tent_status) {
+func tentgo_engine_name(id C.uint64_t, buf C.uintptr_t, capacity C.size_t, lenOut C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("engine_name")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	if err := copyOut(buf, capacity, lenOut, e.segmentName()); err != nil {
+	if err := copyOut(uintptr(buf), capacity, uintptr(lenOut), e.segmentName()); err != nil {
 		return fail(err)
 	}
 	return ok()
@@ -179,14 +217,17 @@ func tentgo_engine_name(id C.uint64_t, buf *C.char, capacity C.size_t, lenOut *C
 func (e *engine) segmentName() string { return e.core.Name() }
 
 //export tentgo_uninstall
-func tentgo_uninstall(id C.uint64_t, name *C.char) (st C.tent_status) {
+func tentgo_uninstall(id C.uint64_t, name C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("uninstall")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	n, set := optString(name)
+	n, set, err := readString(uintptr(name), maxStringLen, "transport_name")
+	if err != nil {
+		return fail(err)
+	}
 	if set && n == "" {
 		// core.Uninstall("") means all; in C only NULL does.
 		return fail(status.Errorf(status.NotFound, "transport \"\" is not installed (pass NULL to uninstall all)"))
@@ -242,22 +283,26 @@ func (e *engine) stats() engineStats {
 }
 
 //export tentgo_engine_stats
-func tentgo_engine_stats(id C.uint64_t, out *C.tent_stats) (st C.tent_status) {
+func tentgo_engine_stats(id C.uint64_t, out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("engine_stats")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	if out == nil {
+	if out == 0 {
 		return fail(status.Errorf(status.InvalidArgument, "out is NULL"))
 	}
-	if err := checkStructSize(unsafe.Pointer(out), out.size, C.sizeof_tent_stats, "tent_stats", false); err != nil {
+	size, err := readValue[C.uint32_t](uintptr(out), "out")
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkStructSize(uintptr(out), uint32(size), C.sizeof_tent_stats, "tent_stats", false); err != nil {
 		return fail(err)
 	}
 	s := e.stats()
-	*out = C.tent_stats{
-		size:               out.size,
+	if err := writeValue(uintptr(out), C.tent_stats{
+		size:               size,
 		regions:            C.uint64_t(s.Regions),
 		registered_bytes:   C.uint64_t(s.RegisteredBytes),
 		reservations:       C.uint64_t(s.Reservations),
@@ -267,12 +312,14 @@ func tentgo_engine_stats(id C.uint64_t, out *C.tent_stats) (st C.tent_status) {
 		requests_in_flight: C.uint64_t(s.RequestsInFlight),
 		allocations:        C.uint64_t(s.Allocations),
 		process_handles:    C.uint64_t(s.ProcessHandles),
+	}, "out"); err != nil {
+		return fail(err)
 	}
 	return ok()
 }
 
 //export tentgo_engine_stats_json
-func tentgo_engine_stats_json(id C.uint64_t, buf *C.char, capacity C.size_t, lenOut *C.size_t) (st C.tent_status) {
+func tentgo_engine_stats_json(id C.uint64_t, buf C.uintptr_t, capacity C.size_t, lenOut C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("engine_stats_json")
 	e, err := lookupEngine(id)
@@ -283,7 +330,7 @@ func tentgo_engine_stats_json(id C.uint64_t, buf *C.char, capacity C.size_t, len
 	if err != nil {
 		return fail(status.Errorf(status.Internal, "encoding stats: %w", err))
 	}
-	if err := copyOut(buf, capacity, lenOut, string(js)); err != nil {
+	if err := copyOut(uintptr(buf), capacity, uintptr(lenOut), string(js)); err != nil {
 		return fail(err)
 	}
 	return ok()

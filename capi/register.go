@@ -14,29 +14,35 @@ import (
 	"github.com/tent-dev/tent/status"
 )
 
-// location maps a C location string: NULL detects it from the address;
+// location reads a C location string: NULL detects it from the address;
 // "" is a mistake, not a request to detect.
-func location(p *C.char) (string, error) {
-	s, set := optString(p)
+func location(a uintptr, what string) (string, error) {
+	s, set, err := readString(a, maxStringLen, what)
+	if err != nil {
+		return "", err
+	}
 	if set && s == "" {
-		return "", status.Errorf(status.InvalidArgument, "location is \"\": want \"cpu\", \"cpu:N\", \"cuda:N\", or NULL to detect")
+		return "", status.Errorf(status.InvalidArgument, "%s is \"\": want \"cpu\", \"cpu:N\", \"cuda:N\", or NULL to detect", what)
 	}
 	return s, nil
 }
 
 //export tentgo_register
-func tentgo_register(id C.uint64_t, addr C.uintptr_t, length C.size_t, loc *C.char, flags C.uint32_t,
-	out *C.uint64_t) (st C.tent_status) {
+func tentgo_register(id C.uint64_t, addr C.uintptr_t, length C.size_t, loc C.uintptr_t, flags C.uint32_t,
+	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("register")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	if out == nil {
+	if out == 0 {
 		return fail(status.Errorf(status.InvalidArgument, "region_out is NULL"))
 	}
-	l, err := location(loc)
+	if err := probeWritable(uintptr(out), 8, "region_out"); err != nil {
+		return fail(err)
+	}
+	l, err := location(uintptr(loc), "location")
 	if err != nil {
 		return fail(err)
 	}
@@ -48,51 +54,86 @@ func tentgo_register(id C.uint64_t, addr C.uintptr_t, length C.size_t, loc *C.ch
 	if err != nil {
 		return fail(err) // the engine is being destroyed; Close drops r
 	}
-	*out = rid
+	if err := writeValue(uintptr(out), rid, "region_out"); err != nil {
+		_, _ = table.Remove(handles.Region, uint64(rid))
+		_ = e.core.Unregister(r)
+		return fail(err)
+	}
 	return ok()
 }
 
+// cRegionDesc mirrors tent_region_desc with addresses as integers.
+type cRegionDesc struct {
+	addr     uintptr
+	len      uint64
+	location uintptr
+}
+
+const (
+	_ = -(unsafe.Sizeof(cRegionDesc{}) ^ C.sizeof_tent_region_desc)
+	_ = -(unsafe.Offsetof(cRegionDesc{}.location) ^ unsafe.Offsetof(C.tent_region_desc{}.location))
+)
+
+// maxBatch bounds the entries of one batch call (TENT_MAX_BATCH).
+const maxBatch = C.TENT_MAX_BATCH
+
 //export tentgo_register_batch
-func tentgo_register_batch(id C.uint64_t, descs *C.tent_region_desc, n C.size_t, flags C.uint32_t,
-	out **C.tent_region) (st C.tent_status) {
+func tentgo_register_batch(id C.uint64_t, descs C.uintptr_t, n C.size_t, flags C.uint32_t,
+	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("register_batch")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	if n == 0 {
+	switch {
+	case n == 0:
 		return fail(status.Errorf(status.InvalidArgument, "n is 0: a batch registers at least one region"))
+	case n > maxBatch:
+		return fail(status.Errorf(status.InvalidArgument, "n is %d: a batch registers at most TENT_MAX_BATCH = %d regions", uint64(n), maxBatch))
+	case descs == 0:
+		return fail(status.Errorf(status.InvalidArgument, "descs is NULL"))
+	case out == 0:
+		return fail(status.Errorf(status.InvalidArgument, "regions_out is NULL"))
 	}
-	cd, err := cArray(descs, n, "descs")
+	var ds []core.RegionDesc
+	err = readArray(uintptr(descs), uint64(n), maxBatch, "descs", func(i int, d *cRegionDesc) error {
+		l, err := location(d.location, "location")
+		if err != nil {
+			return status.Errorf(status.InvalidArgument, "entry %d: %w", i, err)
+		}
+		ds = append(ds, core.RegionDesc{Addr: uint64(d.addr), Len: d.len, Location: l})
+		return nil
+	})
 	if err != nil {
 		return fail(err)
 	}
-	if out == nil {
-		return fail(status.Errorf(status.InvalidArgument, "regions_out is NULL"))
-	}
-	ds := make([]core.RegionDesc, len(cd))
-	for i, d := range cd {
-		l, err := location(d.location)
-		if err != nil {
-			return fail(status.Errorf(status.InvalidArgument, "entry %d: %w", i, err))
-		}
-		ds[i] = core.RegionDesc{Addr: uint64(uintptr(d.addr)), Len: uint64(d.len), Location: l}
+	if err := probeWritable(uintptr(out), uint64(n)*8, "regions_out"); err != nil {
+		return fail(err)
 	}
 	rs, err := e.core.RegisterBatch(ds, core.Perm(flags))
 	if err != nil {
 		return fail(err)
 	}
 	ids := make([]C.uint64_t, len(rs))
-	for i, r := range rs {
-		if ids[i], err = addRegionHandle(e, r); err != nil {
-			for _, rid := range ids[:i] {
+	undo := func() {
+		for _, rid := range ids {
+			if rid != 0 {
 				_, _ = table.Remove(handles.Region, uint64(rid))
 			}
+		}
+	}
+	for i, r := range rs {
+		if ids[i], err = addRegionHandle(e, r); err != nil {
+			undo()
 			return fail(err) // the engine is being destroyed; Close drops rs
 		}
 	}
-	C.tentshim_store_regions(out, &ids[0], n)
+	if err := writeFrom(uintptr(out), unsafe.Slice((*byte)(unsafe.Pointer(&ids[0])), len(ids)*8), "regions_out"); err != nil {
+		undo()
+		_ = e.core.UnregisterBatch(rs)
+		return fail(err)
+	}
 	return ok()
 }
 
@@ -151,51 +192,58 @@ func staleIfUnregistered(err error) error {
 }
 
 //export tentgo_unregister_batch
-func tentgo_unregister_batch(id C.uint64_t, regions *C.uintptr_t, n C.size_t) (st C.tent_status) {
+func tentgo_unregister_batch(id C.uint64_t, regions C.uintptr_t, n C.size_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("unregister_batch")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	if n == 0 {
+	switch {
+	case n == 0:
 		return fail(status.Errorf(status.InvalidArgument, "n is 0: a batch unregisters at least one region"))
+	case n > maxBatch:
+		return fail(status.Errorf(status.InvalidArgument, "n is %d: a batch unregisters at most TENT_MAX_BATCH = %d regions", uint64(n), maxBatch))
+	case regions == 0:
+		return fail(status.Errorf(status.InvalidArgument, "regions is NULL"))
 	}
 	// The entries are tent_region pointers; read as integers they are ids.
-	rids, err := cArray(regions, n, "regions")
+	var rs []*core.Region
+	var rids []uint64
+	seen := map[uint64]int{}
+	err = readArray(uintptr(regions), uint64(n), maxBatch, "regions", func(i int, rid *uint64) error {
+		if *rid == 0 {
+			return status.Errorf(status.InvalidHandle, "entry %d: NULL region handle", i)
+		}
+		r, err := lookupRegion(e, *rid)
+		if err != nil {
+			return status.Errorf(status.CodeOf(err), "entry %d: %w", i, err)
+		}
+		if j, dup := seen[*rid]; dup {
+			return status.Errorf(status.InvalidArgument, "entries %d and %d are the same region handle", j, i)
+		}
+		seen[*rid] = i
+		if r.r.Alloc != nil {
+			return status.Errorf(status.InvalidArgument, "entry %d: %w", i, errAllocated)
+		}
+		rs = append(rs, r.r)
+		rids = append(rids, *rid)
+		return nil
+	})
 	if err != nil {
 		return fail(err)
-	}
-	rs := make([]*core.Region, len(rids))
-	seen := make(map[C.uintptr_t]int, len(rids))
-	for i, rid := range rids {
-		if rid == 0 {
-			return fail(status.Errorf(status.InvalidHandle, "entry %d: NULL region handle", i))
-		}
-		r, err := lookupRegion(e, uint64(rid))
-		if err != nil {
-			return fail(status.Errorf(status.CodeOf(err), "entry %d: %w", i, err))
-		}
-		if j, dup := seen[rid]; dup {
-			return fail(status.Errorf(status.InvalidArgument, "entries %d and %d are the same region handle", j, i))
-		}
-		seen[rid] = i
-		if r.r.Alloc != nil {
-			return fail(status.Errorf(status.InvalidArgument, "entry %d: %w", i, errAllocated))
-		}
-		rs[i] = r.r
 	}
 	if err := e.core.UnregisterBatch(rs); err != nil {
 		return fail(staleIfUnregistered(err))
 	}
 	for _, rid := range rids {
-		_, _ = table.Remove(handles.Region, uint64(rid))
+		_, _ = table.Remove(handles.Region, rid)
 	}
 	return ok()
 }
 
 //export tentgo_region_get_info
-func tentgo_region_get_info(id C.uint64_t, rid C.uint64_t, info *C.tent_region_info) (st C.tent_status) {
+func tentgo_region_get_info(id C.uint64_t, rid C.uint64_t, info C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("region_get_info")
 	e, err := lookupEngine(id)
@@ -206,14 +254,18 @@ func tentgo_region_get_info(id C.uint64_t, rid C.uint64_t, info *C.tent_region_i
 	if err != nil {
 		return fail(err)
 	}
-	if info == nil {
+	if info == 0 {
 		return fail(status.Errorf(status.InvalidArgument, "info is NULL"))
 	}
-	if err := checkStructSize(unsafe.Pointer(info), info.size, C.sizeof_tent_region_info, "tent_region_info", false); err != nil {
+	size, err := readValue[C.uint32_t](uintptr(info), "info")
+	if err != nil {
+		return fail(err)
+	}
+	if err := checkStructSize(uintptr(info), uint32(size), C.sizeof_tent_region_info, "tent_region_info", false); err != nil {
 		return fail(err)
 	}
 	v := C.tent_region_info{
-		size:  info.size,
+		size:  size,
 		flags: C.uint32_t(r.r.Perm),
 		addr:  C.uint64_t(r.r.Addr),
 		len:   C.uint64_t(r.r.Len),
@@ -225,6 +277,8 @@ func tentgo_region_get_info(id C.uint64_t, rid C.uint64_t, info *C.tent_region_i
 	for i := 0; i < len(loc); i++ {
 		v.location[i] = C.char(loc[i])
 	}
-	*info = v
+	if err := writeValue(uintptr(info), v, "info"); err != nil {
+		return fail(err)
+	}
 	return ok()
 }

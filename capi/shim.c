@@ -3,9 +3,10 @@
  *
  * Each function that enters Go: clears the thread's last error, fails fast
  * in a forked child (the Go runtime does not survive fork), turns handle
- * pointers into integer ids, calls its Go export (tentgo_*), and writes
- * handle out-parameters only on success. Handles are ids cast to pointers
- * here and nowhere else, so Go never forms or stores a fake pointer.
+ * pointers into integer ids and every other pointer into an integer
+ * address, and calls its Go export (tentgo_*). Go never forms or stores a
+ * caller's pointer as a pointer: it reads and writes caller memory, handle
+ * out-parameters included, with fault-guarded copies (capi/cmem.go).
  *
  * The functions that never fail (versions, status texts, the last error,
  * transport names) are plain C and never touch the last error, so that
@@ -26,7 +27,6 @@
 _Static_assert(sizeof(void *) == sizeof(uint64_t), "tent handles are 64-bit ids stored in pointers");
 
 #define ID(h) ((uint64_t)(uintptr_t)(h))
-#define HANDLE(type, id) ((type *)(uintptr_t)(id))
 
 /* ---- Last error -------------------------------------------------------- */
 
@@ -108,12 +108,6 @@ __attribute__((constructor)) static void tentshim_init(void) {
     }                                                            \
   } while (0)
 
-void tentshim_store_regions(tent_region **out, const uint64_t *ids, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    out[i] = HANDLE(tent_region, ids[i]);
-  }
-}
-
 /* ---- Versioning and status (plain C) ------------------------------------ */
 
 #define STR_(x) #x
@@ -185,14 +179,15 @@ const char *tent_transport_name(uint32_t transport) {
 
 /* ---- Engines ----------------------------------------------------------- */
 
+/* Caller pointers go to Go as integers (U): Go reads and writes caller
+ * memory only through fault-guarded copies (capi/cmem.go), and writes the
+ * handle out-parameters itself, so that a bad pointer is a status code and
+ * what the call created can be undone. */
+#define U(p) ((uintptr_t)(p))
+
 tent_status tent_engine_create(const tent_engine_options *opts, tent_engine **engine_out) {
   ENTER();
-  uint64_t id = 0;
-  tent_status st = tentgo_engine_create((tent_engine_options *)opts, engine_out ? &id : NULL);
-  if (st == TENT_OK && engine_out) {
-    *engine_out = HANDLE(tent_engine, id);
-  }
-  return st;
+  return tentgo_engine_create(U(opts), U(engine_out));
 }
 
 tent_status tent_engine_destroy(tent_engine *engine) {
@@ -205,7 +200,7 @@ tent_status tent_engine_destroy(tent_engine *engine) {
 
 tent_status tent_engine_name(tent_engine *engine, char *buf, size_t cap, size_t *len_out) {
   ENTER();
-  return tentgo_engine_name(ID(engine), buf, cap, len_out);
+  return tentgo_engine_name(ID(engine), U(buf), cap, U(len_out));
 }
 
 /* ---- Memory registration ---------------------------------------------- */
@@ -213,20 +208,13 @@ tent_status tent_engine_name(tent_engine *engine, char *buf, size_t cap, size_t 
 tent_status tent_register(tent_engine *engine, void *addr, size_t len, const char *location,
                           uint32_t flags, tent_region **region_out) {
   ENTER();
-  uint64_t id = 0;
-  tent_status st = tentgo_register(ID(engine), (uintptr_t)addr, len, (char *)location, flags,
-                                   region_out ? &id : NULL);
-  if (st == TENT_OK && region_out) {
-    *region_out = HANDLE(tent_region, id);
-  }
-  return st;
+  return tentgo_register(ID(engine), U(addr), len, U(location), flags, U(region_out));
 }
 
 tent_status tent_register_batch(tent_engine *engine, const tent_region_desc *descs, size_t n,
                                 uint32_t flags, tent_region **regions_out) {
   ENTER();
-  /* Go writes regions_out through tentshim_store_regions, last, on success. */
-  return tentgo_register_batch(ID(engine), (tent_region_desc *)descs, n, flags, regions_out);
+  return tentgo_register_batch(ID(engine), U(descs), n, flags, U(regions_out));
 }
 
 tent_status tent_unregister(tent_engine *engine, tent_region *region) {
@@ -239,37 +227,37 @@ tent_status tent_unregister(tent_engine *engine, tent_region *region) {
 
 tent_status tent_unregister_batch(tent_engine *engine, tent_region *const *regions, size_t n) {
   ENTER();
-  /* Go reads the entries as integers (uintptr_t), never as pointers. */
-  return tentgo_unregister_batch(ID(engine), (uintptr_t *)(uintptr_t)regions, n);
+  /* Go reads the entries as integers (ids), never as pointers. */
+  return tentgo_unregister_batch(ID(engine), U(regions), n);
 }
 
 tent_status tent_region_get_info(tent_engine *engine, tent_region *region, tent_region_info *info) {
   ENTER();
-  return tentgo_region_get_info(ID(engine), ID(region), info);
+  return tentgo_region_get_info(ID(engine), ID(region), U(info));
 }
 
 /* ---- Transports -------------------------------------------------------- */
 
 tent_status tent_uninstall(tent_engine *engine, const char *transport_name) {
   ENTER();
-  return tentgo_uninstall(ID(engine), (char *)transport_name);
+  return tentgo_uninstall(ID(engine), U(transport_name));
 }
 
 /* ---- Statistics -------------------------------------------------------- */
 
 tent_status tent_engine_stats(tent_engine *engine, tent_stats *out) {
   ENTER();
-  return tentgo_engine_stats(ID(engine), out);
+  return tentgo_engine_stats(ID(engine), U(out));
 }
 
 tent_status tent_engine_stats_json(tent_engine *engine, char *buf, size_t cap, size_t *len_out) {
   ENTER();
-  return tentgo_engine_stats_json(ID(engine), buf, cap, len_out);
+  return tentgo_engine_stats_json(ID(engine), U(buf), cap, U(len_out));
 }
 
 tent_status tent_topology_json(char *buf, size_t cap, size_t *len_out) {
   ENTER();
-  return tentgo_topology_json(buf, cap, len_out);
+  return tentgo_topology_json(U(buf), cap, U(len_out));
 }
 
 /* ---- Allocation -------------------------------------------------------- */
@@ -277,15 +265,7 @@ tent_status tent_topology_json(char *buf, size_t cap, size_t *len_out) {
 tent_status tent_alloc(tent_engine *engine, size_t size, const char *location, uint32_t flags,
                        void **addr_out, tent_region **region_out) {
   ENTER();
-  uintptr_t addr = 0;
-  uint64_t id = 0;
-  tent_status st = tentgo_alloc(ID(engine), size, (char *)location, flags,
-                                addr_out ? &addr : NULL, region_out ? &id : NULL);
-  if (st == TENT_OK) {
-    *addr_out = (void *)addr;
-    *region_out = HANDLE(tent_region, id);
-  }
-  return st;
+  return tentgo_alloc(ID(engine), size, U(location), flags, U(addr_out), U(region_out));
 }
 
 tent_status tent_free(tent_engine *engine, tent_region *region) {
@@ -300,12 +280,7 @@ tent_status tent_free(tent_engine *engine, tent_region *region) {
 
 tent_status tent_segment_open(tent_engine *engine, const char *name, tent_segment **segment_out) {
   ENTER();
-  uint64_t id = 0;
-  tent_status st = tentgo_segment_open(ID(engine), (char *)name, segment_out ? &id : NULL);
-  if (st == TENT_OK) {
-    *segment_out = HANDLE(tent_segment, id);
-  }
-  return st;
+  return tentgo_segment_open(ID(engine), U(name), U(segment_out));
 }
 
 tent_status tent_segment_close(tent_engine *engine, tent_segment *segment) {
@@ -321,19 +296,13 @@ tent_status tent_segment_close(tent_engine *engine, tent_segment *segment) {
 tent_status tent_transfer(tent_engine *engine, const tent_request *requests, size_t n,
                           const tent_transfer_options *opts, tent_batch **batch_out) {
   ENTER();
-  uint64_t id = 0;
-  tent_status st = tentgo_transfer(ID(engine), (tent_request *)requests, n,
-                                   (tent_transfer_options *)opts, batch_out ? &id : NULL);
-  if (st == TENT_OK) {
-    *batch_out = HANDLE(tent_batch, id);
-  }
-  return st;
+  return tentgo_transfer(ID(engine), U(requests), n, U(opts), U(batch_out));
 }
 
 tent_status tent_batch_status(tent_batch *batch, tent_request_status *out, size_t n,
                               size_t *completed_out) {
   ENTER();
-  return tentgo_batch_status(ID(batch), out, n, completed_out);
+  return tentgo_batch_status(ID(batch), U(out), n, U(completed_out));
 }
 
 tent_status tent_batch_wait(tent_batch *batch, int64_t timeout_ms) {
@@ -353,8 +322,7 @@ tent_status tent_transfer_sync(tent_engine *engine, const tent_request *requests
                                const tent_transfer_options *opts,
                                tent_request_status *statuses_out) {
   ENTER();
-  return tentgo_transfer_sync(ID(engine), (tent_request *)requests, n,
-                              (tent_transfer_options *)opts, statuses_out);
+  return tentgo_transfer_sync(ID(engine), U(requests), n, U(opts), U(statuses_out));
 }
 
 /* ---- Notifications ----------------------------------------------------- */
@@ -362,11 +330,11 @@ tent_status tent_transfer_sync(tent_engine *engine, const tent_request *requests
 tent_status tent_notify_send(tent_engine *engine, tent_segment *segment, const void *msg,
                              size_t len) {
   ENTER();
-  return tentgo_notify_send(ID(engine), ID(segment), (void *)msg, len);
+  return tentgo_notify_send(ID(engine), ID(segment), U(msg), len);
 }
 
 tent_status tent_notify_recv(tent_engine *engine, int64_t timeout_ms, void *buf, size_t cap,
                              size_t *len_out, char *from, size_t from_cap) {
   ENTER();
-  return tentgo_notify_recv(ID(engine), timeout_ms, buf, cap, len_out, from, from_cap);
+  return tentgo_notify_recv(ID(engine), timeout_ms, U(buf), cap, U(len_out), U(from), from_cap);
 }

@@ -22,10 +22,6 @@
  * thread-local storage. */
 void tentshim_set_error(const char *msg, size_t len);
 
-/* Writes ids[i] as region handles into out[i]. The one place where region
- * ids become pointers for an array out-parameter; Go never forms them. */
-void tentshim_store_regions(tent_region **out, const uint64_t *ids, size_t n);
-
 /* 1 in a process forked after the library was loaded. */
 int tentshim_forked(void);
 

@@ -13,7 +13,7 @@ import (
 )
 
 //export tentgo_topology_json
-func tentgo_topology_json(buf *C.char, capacity C.size_t, lenOut *C.size_t) (st C.tent_status) {
+func tentgo_topology_json(buf C.uintptr_t, capacity C.size_t, lenOut C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("topology_json")
 	// No GPU (no NVML, no driver) is not an error: "gpus": [] and a reason.
@@ -27,7 +27,7 @@ func tentgo_topology_json(buf *C.char, capacity C.size_t, lenOut *C.size_t) (st 
 	if err != nil {
 		return fail(status.Errorf(status.Internal, "encoding the topology: %w", err))
 	}
-	if err := copyOut(buf, capacity, lenOut, string(js)); err != nil {
+	if err := copyOut(uintptr(buf), capacity, uintptr(lenOut), string(js)); err != nil {
 		return fail(err)
 	}
 	return ok()

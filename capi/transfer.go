@@ -14,6 +14,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/handles"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
 )
 
 // segment is the value behind a tent_segment handle.
@@ -58,18 +59,27 @@ func lookupBatch(id C.uint64_t) (*batch, error) {
 }
 
 //export tentgo_alloc
-func tentgo_alloc(id C.uint64_t, size C.size_t, loc *C.char, flags C.uint32_t, addrOut *C.uintptr_t,
-	out *C.uint64_t) (st C.tent_status) {
+func tentgo_alloc(id C.uint64_t, size C.size_t, loc C.uintptr_t, flags C.uint32_t, addrOut C.uintptr_t,
+	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("alloc")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	if addrOut == nil || out == nil {
+	if addrOut == 0 || out == 0 {
 		return fail(status.Errorf(status.InvalidArgument, "addr_out and region_out must not be NULL"))
 	}
-	l, set := optString(loc)
+	if err := probeWritable(uintptr(addrOut), 8, "addr_out"); err != nil {
+		return fail(err)
+	}
+	if err := probeWritable(uintptr(out), 8, "region_out"); err != nil {
+		return fail(err)
+	}
+	l, set, err := readString(uintptr(loc), maxStringLen, "location")
+	if err != nil {
+		return fail(err)
+	}
 	if set && l == "" {
 		return fail(status.Errorf(status.InvalidArgument, "location is \"\": want \"cpu\", \"cpu:N\", \"cuda:N\", or NULL for \"cpu\""))
 	}
@@ -81,8 +91,15 @@ func tentgo_alloc(id C.uint64_t, size C.size_t, loc *C.char, flags C.uint32_t, a
 	if err != nil {
 		return fail(err)
 	}
-	*addrOut = C.uintptr_t(r.Addr)
-	*out = rid
+	err = writeValue(uintptr(addrOut), C.uintptr_t(r.Addr), "addr_out")
+	if err == nil {
+		err = writeValue(uintptr(out), rid, "region_out")
+	}
+	if err != nil {
+		_, _ = table.Remove(handles.Region, uint64(rid))
+		_ = e.core.Free(r)
+		return fail(err)
+	}
 	return ok()
 }
 
@@ -94,17 +111,24 @@ func tentgo_free(id C.uint64_t, rid C.uint64_t) (st C.tent_status) {
 }
 
 //export tentgo_segment_open
-func tentgo_segment_open(id C.uint64_t, name *C.char, out *C.uint64_t) (st C.tent_status) {
+func tentgo_segment_open(id C.uint64_t, name C.uintptr_t, out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("segment_open")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	if name == nil || out == nil {
+	if name == 0 || out == 0 {
 		return fail(status.Errorf(status.InvalidArgument, "name and segment_out must not be NULL"))
 	}
-	s, err := e.core.OpenSegment(C.GoString(name))
+	if err := probeWritable(uintptr(out), 8, "segment_out"); err != nil {
+		return fail(err)
+	}
+	n, _, err := readString(uintptr(name), wire.MaxNameLen, "name")
+	if err != nil {
+		return fail(err)
+	}
+	s, err := e.core.OpenSegment(n)
 	if err != nil {
 		return fail(err)
 	}
@@ -113,7 +137,11 @@ func tentgo_segment_open(id C.uint64_t, name *C.char, out *C.uint64_t) (st C.ten
 		_ = e.core.CloseSegment(s)
 		return fail(err)
 	}
-	*out = C.uint64_t(sid)
+	if err := writeValue(uintptr(out), C.uint64_t(sid), "segment_out"); err != nil {
+		_, _ = table.Remove(handles.Segment, sid)
+		_ = e.core.CloseSegment(s)
+		return fail(err)
+	}
 	return ok()
 }
 
@@ -138,31 +166,55 @@ func tentgo_segment_close(id C.uint64_t, sid C.uint64_t) (st C.tent_status) {
 	return ok()
 }
 
-// transferOptions maps tent_transfer_options; NULL means defaults.
-func transferOptions(p *C.tent_transfer_options) (core.TransferOptions, error) {
+// cTransferOptions mirrors tent_transfer_options with addresses as integers.
+type cTransferOptions struct {
+	size, reserved0 uint32
+	timeoutMs       uint64
+	notify          uintptr
+	notifyLen       uint64
+	transport       uintptr
+}
+
+const (
+	_ = -(unsafe.Sizeof(cTransferOptions{}) ^ C.sizeof_tent_transfer_options)
+	_ = -(unsafe.Offsetof(cTransferOptions{}.transport) ^ unsafe.Offsetof(C.tent_transfer_options{}.transport))
+)
+
+// transferOptions maps tent_transfer_options at a; 0 (NULL) means defaults.
+func transferOptions(a uintptr) (core.TransferOptions, error) {
 	var o core.TransferOptions
-	if p == nil {
+	if a == 0 {
 		return o, nil
 	}
-	if err := checkStructSize(unsafe.Pointer(p), p.size, C.sizeof_tent_transfer_options, "tent_transfer_options", true); err != nil {
+	p, err := readValue[cTransferOptions](a, "opts")
+	if err != nil {
+		return o, err
+	}
+	if err := checkStructSize(a, p.size, C.sizeof_tent_transfer_options, "tent_transfer_options", true); err != nil {
 		return o, err
 	}
 	if p.reserved0 != 0 {
 		return o, status.Errorf(status.InvalidArgument, "tent_transfer_options.reserved0 must be 0")
 	}
-	if uint64(p.timeout_ms) > uint64(math.MaxInt64/int64(time.Millisecond)) {
-		return o, status.Errorf(status.InvalidArgument, "tent_transfer_options.timeout_ms is %d: too large", uint64(p.timeout_ms))
+	if p.timeoutMs > uint64(math.MaxInt64/int64(time.Millisecond)) {
+		return o, status.Errorf(status.InvalidArgument, "tent_transfer_options.timeout_ms is %d: too large", p.timeoutMs)
 	}
-	o.Timeout = time.Duration(p.timeout_ms) * time.Millisecond
+	o.Timeout = time.Duration(p.timeoutMs) * time.Millisecond
 	switch {
-	case p.notify == nil && p.notify_len != 0:
-		return o, status.Errorf(status.InvalidArgument, "tent_transfer_options.notify is NULL but notify_len is %d", uint64(p.notify_len))
-	case p.notify_len > core.MaxNotifyLen:
-		return o, status.Errorf(status.InvalidArgument, "tent_transfer_options.notify_len is %d, at most %d", uint64(p.notify_len), core.MaxNotifyLen)
-	case p.notify != nil && p.notify_len > 0:
-		o.Notify = C.GoBytes(p.notify, C.int(p.notify_len))
+	case p.notify == 0 && p.notifyLen != 0:
+		return o, status.Errorf(status.InvalidArgument, "tent_transfer_options.notify is NULL but notify_len is %d", p.notifyLen)
+	case p.notifyLen > core.MaxNotifyLen:
+		return o, status.Errorf(status.InvalidArgument, "tent_transfer_options.notify_len is %d, at most %d", p.notifyLen, core.MaxNotifyLen)
+	case p.notify != 0 && p.notifyLen > 0:
+		if o.Notify, err = readBytes(p.notify, p.notifyLen, "tent_transfer_options.notify"); err != nil {
+			return o, err
+		}
 	}
-	if t, set := optString(p.transport); set {
+	t, set, err := readString(p.transport, maxStringLen, "tent_transfer_options.transport")
+	if err != nil {
+		return o, err
+	}
+	if set {
 		if core.TransportID(t) == core.TransportNone {
 			return o, status.Errorf(status.InvalidArgument,
 				"tent_transfer_options.transport is %q: want \"local\", \"shm\", \"tcp\", \"cuda\" or NULL", t)
@@ -172,62 +224,65 @@ func transferOptions(p *C.tent_transfer_options) (core.TransferOptions, error) {
 	return o, nil
 }
 
-// maxBatch bounds one submission; larger is almost surely a bad n.
-const maxBatch = 1 << 24
-
-// submit turns C requests into a core batch.
-func submit(e *engine, requests *C.tent_request, n C.size_t, opts *C.tent_transfer_options) (*core.Batch, error) {
-	if n == 0 {
+// submit turns C requests into a core batch. It reads the requests in
+// chunks and validates each as it goes, so a bad n fails before much is
+// read or allocated.
+func submit(e *engine, requests uintptr, n C.size_t, opts uintptr) (*core.Batch, error) {
+	switch {
+	case n == 0:
 		return nil, status.Errorf(status.InvalidArgument, "n is 0: a transfer has at least one request")
-	}
-	if n > maxBatch {
-		return nil, status.Errorf(status.InvalidArgument, "n = %d requests exceeds %d", uint64(n), maxBatch)
-	}
-	cr, err := cArray((*cRequest)(unsafe.Pointer(requests)), n, "requests")
-	if err != nil {
-		return nil, err
+	case n > maxBatch:
+		return nil, status.Errorf(status.InvalidArgument, "n is %d: a transfer has at most TENT_MAX_BATCH = %d requests", uint64(n), maxBatch)
+	case requests == 0:
+		return nil, status.Errorf(status.InvalidArgument, "requests is NULL")
 	}
 	o, err := transferOptions(opts)
 	if err != nil {
 		return nil, err
 	}
-	reqs := make([]core.TransferRequest, len(cr))
+	var reqs []core.TransferRequest
 	var lastID uintptr
 	var last *segment
-	for i := range cr {
-		c := &cr[i]
+	err = readArray(requests, uint64(n), maxBatch, "requests", func(i int, c *cRequest) error {
 		if c.reserved != 0 {
-			return nil, status.Errorf(status.InvalidArgument, "request %d: reserved must be 0", i)
+			return status.Errorf(status.InvalidArgument, "request %d: reserved must be 0", i)
 		}
 		if c.opcode > uint32(core.OpWrite) {
-			return nil, status.Errorf(status.InvalidArgument, "request %d: unknown opcode %d", i, c.opcode)
+			return status.Errorf(status.InvalidArgument, "request %d: unknown opcode %d", i, c.opcode)
 		}
 		if c.segment != lastID || last == nil {
 			s, err := lookupSegment(e, uint64(c.segment))
 			if err != nil {
-				return nil, status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
+				return status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
 			}
 			lastID, last = c.segment, s
 		}
-		reqs[i] = core.TransferRequest{Op: core.Op(c.opcode), Local: uint64(c.local), Segment: last.s,
-			Remote: c.remote, Len: c.length}
+		reqs = append(reqs, core.TransferRequest{Op: core.Op(c.opcode), Local: uint64(c.local), Segment: last.s,
+			Remote: c.remote, Len: c.length})
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return e.core.Submit(reqs, o)
 }
 
 //export tentgo_transfer
-func tentgo_transfer(id C.uint64_t, requests *C.tent_request, n C.size_t, opts *C.tent_transfer_options,
-	out *C.uint64_t) (st C.tent_status) {
+func tentgo_transfer(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintptr_t,
+	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("transfer")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	if out == nil {
+	if out == 0 {
 		return fail(status.Errorf(status.InvalidArgument, "batch_out is NULL"))
 	}
-	b, err := submit(e, requests, n, opts)
+	if err := probeWritable(uintptr(out), 8, "batch_out"); err != nil {
+		return fail(err)
+	}
+	b, err := submit(e, uintptr(requests), n, uintptr(opts))
 	if err != nil {
 		return fail(err)
 	}
@@ -237,7 +292,12 @@ func tentgo_transfer(id C.uint64_t, requests *C.tent_request, n C.size_t, opts *
 		e.core.ReleaseBatch(b)
 		return fail(err)
 	}
-	*out = C.uint64_t(bid)
+	if err := writeValue(uintptr(out), C.uint64_t(bid), "batch_out"); err != nil {
+		if _, rerr := table.Remove(handles.Batch, bid); rerr == nil {
+			_ = release(e, b)
+		}
+		return fail(err)
+	}
 	return ok()
 }
 
@@ -255,40 +315,61 @@ func outcome(code status.Code, err error) C.tent_status {
 	return fail(err)
 }
 
-func copyStatuses(b *core.Batch, out *C.tent_request_status, n C.size_t) (status.Code, int, error) {
-	cs, err := cArray(out, n, "out")
-	if err != nil {
-		return 0, 0, err
+// copyStatuses writes the status of the first min(n, batch size) requests
+// to out, after checking that all of it and completed (if set) can be
+// written, so a bad pointer leaves both untouched. It returns the batch's
+// outcome (code and the first request error), or callErr when the call
+// itself failed.
+func copyStatuses(b *core.Batch, out uintptr, n C.size_t, completed uintptr) (code status.Code, berr, callErr error) {
+	if out == 0 && n > 0 {
+		return 0, nil, status.Errorf(status.InvalidArgument, "out is NULL but n is %d", uint64(n))
 	}
-	k := len(cs)
-	if k > b.Len() {
-		k = b.Len()
+	k := min(uint64(n), uint64(b.Len()))
+	if err := probeWritable(out, k*C.sizeof_tent_request_status, "out"); err != nil {
+		return 0, nil, err
+	}
+	if completed != 0 {
+		if err := probeWritable(completed, 8, "completed_out"); err != nil {
+			return 0, nil, err
+		}
 	}
 	tmp := make([]core.RequestStatus, k)
 	code, done, berr := b.Status(tmp)
-	for i := 0; i < k; i++ {
+	if code == 0 && berr != nil {
+		return 0, nil, berr
+	}
+	cs := make([]C.tent_request_status, k)
+	for i := range cs {
 		cs[i] = C.tent_request_status{
 			status: C.tent_status(tmp[i].Code), transport: C.uint32_t(tmp[i].Transport),
 			bytes: C.uint64_t(tmp[i].Bytes), flags: C.uint32_t(tmp[i].Flags),
 		}
 	}
-	return code, done, berr
+	if k > 0 {
+		raw := unsafe.Slice((*byte)(unsafe.Pointer(&cs[0])), k*C.sizeof_tent_request_status)
+		if err := writeFrom(out, raw, "out"); err != nil {
+			return 0, nil, err
+		}
+	}
+	if completed != 0 {
+		if err := writeValue(completed, C.size_t(done), "completed_out"); err != nil {
+			return 0, nil, err
+		}
+	}
+	return code, berr, nil
 }
 
 //export tentgo_batch_status
-func tentgo_batch_status(bid C.uint64_t, out *C.tent_request_status, n C.size_t, completed *C.size_t) (st C.tent_status) {
+func tentgo_batch_status(bid C.uint64_t, out C.uintptr_t, n C.size_t, completed C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("batch_status")
 	b, err := lookupBatch(bid)
 	if err != nil {
 		return fail(err)
 	}
-	code, done, berr := copyStatuses(b.b, out, n)
-	if code == 0 && berr != nil {
-		return fail(berr)
-	}
-	if completed != nil {
-		*completed = C.size_t(done)
+	code, berr, err := copyStatuses(b.b, uintptr(out), n, uintptr(completed))
+	if err != nil {
+		return fail(err)
 	}
 	return outcome(code, berr)
 }
@@ -343,35 +424,42 @@ func release(e *engine, b *core.Batch) error {
 }
 
 //export tentgo_transfer_sync
-func tentgo_transfer_sync(id C.uint64_t, requests *C.tent_request, n C.size_t, opts *C.tent_transfer_options,
-	out *C.tent_request_status) (st C.tent_status) {
+func tentgo_transfer_sync(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintptr_t,
+	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("transfer_sync")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	b, err := submit(e, requests, n, opts)
+	// Nothing moves unless the statuses can be written afterwards.
+	if out != 0 && n <= maxBatch {
+		if err := probeWritable(uintptr(out), uint64(n)*C.sizeof_tent_request_status, "statuses_out"); err != nil {
+			return fail(err)
+		}
+	}
+	b, err := submit(e, uintptr(requests), n, uintptr(opts))
 	if err != nil {
 		return fail(err)
 	}
 	code, werr := b.Wait(-1)
-	if out != nil {
-		if _, _, err := copyStatuses(b, out, n); err != nil {
-			_ = release(e, b)
-			return fail(err)
-		}
+	var cerr error
+	if out != 0 {
+		_, _, cerr = copyStatuses(b, uintptr(out), n, 0)
 	}
 	// A transport still holding the requests past their deadline matters
 	// more than the deadline itself: the caller must not free the buffers.
 	if rerr := release(e, b); rerr != nil {
 		return fail(rerr)
 	}
+	if cerr != nil {
+		return fail(cerr)
+	}
 	return outcome(code, werr)
 }
 
 //export tentgo_notify_send
-func tentgo_notify_send(id C.uint64_t, sid C.uint64_t, msg unsafe.Pointer, n C.size_t) (st C.tent_status) {
+func tentgo_notify_send(id C.uint64_t, sid C.uint64_t, msg C.uintptr_t, n C.size_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("notify_send")
 	e, err := lookupEngine(id)
@@ -383,14 +471,16 @@ func tentgo_notify_send(id C.uint64_t, sid C.uint64_t, msg unsafe.Pointer, n C.s
 		return fail(err)
 	}
 	switch {
-	case msg == nil && n != 0:
+	case msg == 0 && n != 0:
 		return fail(status.Errorf(status.InvalidArgument, "msg is NULL but len is %d", uint64(n)))
 	case n > core.MaxNotifyLen:
 		return fail(status.Errorf(status.InvalidArgument, "len is %d, at most %d", uint64(n), core.MaxNotifyLen))
 	}
 	var b []byte
 	if n > 0 {
-		b = C.GoBytes(msg, C.int(n))
+		if b, err = readBytes(uintptr(msg), uint64(n), "msg"); err != nil {
+			return fail(err)
+		}
 	}
 	if err := e.core.SendNotification(s.s, b); err != nil {
 		return fail(err)
@@ -399,8 +489,8 @@ func tentgo_notify_send(id C.uint64_t, sid C.uint64_t, msg unsafe.Pointer, n C.s
 }
 
 //export tentgo_notify_recv
-func tentgo_notify_recv(id C.uint64_t, timeoutMs C.int64_t, buf unsafe.Pointer, capacity C.size_t,
-	lenOut *C.size_t, from *C.char, fromCap C.size_t) (st C.tent_status) {
+func tentgo_notify_recv(id C.uint64_t, timeoutMs C.int64_t, buf C.uintptr_t, capacity C.size_t,
+	lenOut C.uintptr_t, from C.uintptr_t, fromCap C.size_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("notify_recv")
 	e, err := lookupEngine(id)
@@ -408,12 +498,24 @@ func tentgo_notify_recv(id C.uint64_t, timeoutMs C.int64_t, buf unsafe.Pointer, 
 		return fail(err)
 	}
 	switch {
-	case lenOut == nil:
+	case lenOut == 0:
 		return fail(status.Errorf(status.InvalidArgument, "len_out is NULL"))
-	case buf == nil && capacity != 0:
+	case buf == 0 && capacity != 0:
 		return fail(status.Errorf(status.InvalidArgument, "buf is NULL but cap is %d", uint64(capacity)))
-	case from == nil && fromCap != 0:
+	case from == 0 && fromCap != 0:
 		return fail(status.Errorf(status.InvalidArgument, "from is NULL but from_cap is %d", uint64(fromCap)))
+	}
+	// A received message is dequeued: check first that every byte it can
+	// need is writable (no message is longer than MaxNotifyLen, no name
+	// than TENT_MAX_NAME_LEN), so a bad buffer does not lose it.
+	if err := probeWritable(uintptr(lenOut), 8, "len_out"); err != nil {
+		return fail(err)
+	}
+	if err := probeWritable(uintptr(buf), min(uint64(capacity), core.MaxNotifyLen), "buf"); err != nil {
+		return fail(err)
+	}
+	if err := probeWritable(uintptr(from), min(uint64(fromCap), wire.MaxNameLen+1), "from"); err != nil {
+		return fail(err)
 	}
 	timeout := e.core.Options().DefaultTimeout
 	if timeoutMs >= 0 {
@@ -423,25 +525,27 @@ func tentgo_notify_recv(id C.uint64_t, timeoutMs C.int64_t, buf unsafe.Pointer, 
 		timeout = time.Duration(timeoutMs) * time.Millisecond
 	}
 	fits := func(nt core.Notification) bool {
-		return uint64(len(nt.Msg)) <= uint64(capacity) && (from == nil || uint64(len(nt.From)) < uint64(fromCap))
+		return uint64(len(nt.Msg)) <= uint64(capacity) && (from == 0 || uint64(len(nt.From)) < uint64(fromCap))
 	}
 	nt, err := e.core.RecvNotification(timeout, fits)
 	if err != nil {
 		return fail(err)
 	}
-	*lenOut = C.size_t(len(nt.Msg))
+	if err := writeValue(uintptr(lenOut), C.size_t(len(nt.Msg)), "len_out"); err != nil {
+		return fail(err)
+	}
 	if !fits(nt) {
 		return fail(status.Errorf(status.BufferTooSmall,
 			"the message needs %d bytes (cap %d) and its sender name %d bytes and the NUL (from_cap %d); it stays queued",
 			len(nt.Msg), uint64(capacity), len(nt.From), uint64(fromCap)))
 	}
-	if len(nt.Msg) > 0 {
-		copy(unsafe.Slice((*byte)(buf), len(nt.Msg)), nt.Msg)
+	if err := writeFrom(uintptr(buf), nt.Msg, "buf"); err != nil {
+		return fail(err)
 	}
-	if from != nil {
-		dst := unsafe.Slice((*byte)(unsafe.Pointer(from)), len(nt.From)+1)
-		copy(dst, nt.From)
-		dst[len(nt.From)] = 0
+	if from != 0 {
+		if err := writeFrom(uintptr(from), append([]byte(nt.From), 0), "from"); err != nil {
+			return fail(err)
+		}
 	}
 	return ok()
 }

@@ -7,7 +7,6 @@ import "C"
 
 import (
 	"sync/atomic"
-	"unsafe"
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/handles"
@@ -86,45 +85,28 @@ func (e *engine) addChild(kind handles.Kind, v any) (uint64, error) {
 	return id, nil
 }
 
-// maxArrayBytes bounds a C array's size: larger cannot exist in a 47-bit
-// user address space, so n is a caller bug (typically a negative number).
-const maxArrayBytes = 1 << 47
-
-// cArray views n elements of C memory at p as a slice, after checking that
-// p is not NULL (for n > 0) and that n elements fit in the address space.
-// The slice aliases C memory: it must not outlive the export.
-func cArray[T any](p *T, n C.size_t, what string) ([]T, error) {
-	if n == 0 {
-		return nil, nil
-	}
-	if p == nil {
-		return nil, status.Errorf(status.InvalidArgument, "%s is NULL but n is %d", what, uint64(n))
-	}
-	if uint64(n) > maxArrayBytes/uint64(unsafe.Sizeof(*p)) {
-		return nil, status.Errorf(status.InvalidArgument, "n = %d entries of %s is larger than memory", uint64(n), what)
-	}
-	return unsafe.Slice(p, int(n)), nil
-}
-
 // maxStructSize bounds the size field of an options or info struct: a
 // larger value is garbage, not a future version of the struct.
 const maxStructSize = 4096
 
-// checkStructSize validates the size field of a versioned struct at p whose
+// checkStructSize validates the size field of a versioned struct at a whose
 // v1 layout is known bytes. Smaller is an error. Larger is a newer caller:
 // for an input struct (mustZeroTail) the fields this library doesn't know
 // must be zero, or they would be ignored silently.
-func checkStructSize(p unsafe.Pointer, size C.uint32_t, known uintptr, what string, mustZeroTail bool) error {
+func checkStructSize(a uintptr, size uint32, known uintptr, what string, mustZeroTail bool) error {
 	switch {
 	case uintptr(size) < known:
 		return status.Errorf(status.InvalidArgument,
 			"%s.size is %d, want at least sizeof(%s) = %d (set it to sizeof, or use the _INIT macro)",
-			what, uint32(size), what, known)
+			what, size, what, known)
 	case size > maxStructSize:
-		return status.Errorf(status.InvalidArgument, "%s.size is %d: not initialized?", what, uint32(size))
+		return status.Errorf(status.InvalidArgument, "%s.size is %d: not initialized?", what, size)
 	}
-	if mustZeroTail {
-		tail := unsafe.Slice((*byte)(unsafe.Add(p, known)), uintptr(size)-known)
+	if mustZeroTail && uintptr(size) > known {
+		tail, err := readBytes(a+known, uint64(uintptr(size)-known), what)
+		if err != nil {
+			return err
+		}
 		for i, b := range tail {
 			if b != 0 {
 				return status.Errorf(status.InvalidArgument,
@@ -139,32 +121,33 @@ func checkStructSize(p unsafe.Pointer, size C.uint32_t, known uintptr, what stri
 // copyOut writes s and a NUL into buf (cap bytes) and its length into
 // *lenOut (if not NULL). If buf is too small it writes only *lenOut and
 // returns ErrBufferTooSmall, so callers can ask for the size with cap 0.
-func copyOut(buf *C.char, capacity C.size_t, lenOut *C.size_t, s string) error {
-	if buf == nil && capacity != 0 {
+// Both destinations are probed before either is written, so a bad pointer
+// leaves both untouched.
+func copyOut(buf uintptr, capacity C.size_t, lenOut uintptr, s string) error {
+	if buf == 0 && capacity != 0 {
 		return status.Errorf(status.InvalidArgument, "buf is NULL but cap is %d", uint64(capacity))
 	}
-	if uint64(len(s)) >= uint64(capacity) {
-		if lenOut != nil {
-			*lenOut = C.size_t(len(s))
+	if lenOut != 0 {
+		if err := probeWritable(lenOut, 8, "len_out"); err != nil {
+			return err
 		}
+	}
+	fits := uint64(len(s)) < uint64(capacity)
+	if fits {
+		if err := probeWritable(buf, uint64(len(s))+1, "buf"); err != nil {
+			return err
+		}
+	}
+	if lenOut != 0 {
+		if err := writeValue(lenOut, C.size_t(len(s)), "len_out"); err != nil {
+			return err
+		}
+	}
+	if !fits {
 		return status.Errorf(status.BufferTooSmall,
 			"the result needs %d bytes (%d and the NUL), cap is %d", len(s)+1, len(s), uint64(capacity))
 	}
-	dst := unsafe.Slice((*byte)(unsafe.Pointer(buf)), len(s)+1)
-	copy(dst, s)
-	dst[len(s)] = 0
-	if lenOut != nil {
-		*lenOut = C.size_t(len(s))
-	}
-	return nil
-}
-
-// optString copies a C string; NULL becomes "" and set=false.
-func optString(p *C.char) (s string, set bool) {
-	if p == nil {
-		return "", false
-	}
-	return C.GoString(p), true
+	return writeFrom(buf, append([]byte(s), 0), "buf")
 }
 
 func versionString() string {

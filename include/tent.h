@@ -28,6 +28,9 @@
  *   through it; their handles become invalid.
  * - The library never takes ownership of caller memory. Registered memory
  *   must stay valid until it is unregistered. Strings passed in are copied.
+ * - Strings passed in are at most TENT_MAX_STRING_LEN bytes (without the
+ *   NUL) unless documented otherwise; a longer or unterminated one is
+ *   TENT_ERR_INVALID_ARGUMENT.
  * - Strings returned as `const char *` are owned by the library (static, or
  *   thread-local and valid until the next tent call on the same thread).
  *
@@ -112,6 +115,17 @@ const char *tent_status_str(tent_status status);
  * call that returns a tent_status succeeded. Owned by the library; valid until the next tent call on
  * the same thread. Never NULL; never fails. */
 const char *tent_last_error(void);
+
+/* The longest input string (without the NUL) where no tighter bound is
+ * documented. */
+#define TENT_MAX_STRING_LEN 4096
+
+/* The most entries of one batch call: regions of tent_register_batch and
+ * tent_unregister_batch, requests of tent_transfer and tent_transfer_sync.
+ * A larger n is TENT_ERR_INVALID_ARGUMENT; arrays are read in chunks, so an
+ * n larger than the caller's array fails when the read reaches memory that
+ * is not there, before anything is done. */
+#define TENT_MAX_BATCH (1u << 24)
 
 /* ---- Handles ----------------------------------------------------------- */
 
