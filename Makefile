@@ -41,6 +41,7 @@ TEST_TARGETS := test-vet
 TEST_TARGETS += test-go
 TEST_TARGETS += test-c
 TEST_TARGETS += test-fork
+TEST_TARGETS += test-badinput
 TEST_TARGETS += test-fuzz
 TEST_TARGETS += test-cpp
 TEST_TARGETS += test-python
@@ -145,6 +146,12 @@ test-c: $(C_TESTS) $(BUILD)/demo_register
 	./$(BUILD)/tests/test_transfer
 	./$(BUILD)/tests/test_fork
 	./$(BUILD)/demo_register >/dev/null
+
+# The bad-input matrix: every function of tent.h with NULL, near-NULL,
+# PROT_NONE, read-only and page-straddling pointers and absurd sizes, one
+# process per case (tests/c/test_badinput.c).
+test-badinput: $(BUILD)/tests/test_badinput
+	./$(BUILD)/tests/test_badinput
 
 # ---- Fork tests from Python (ctypes on build/libtent.so) -------------------
 
