@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tent-dev/tent/internal/netaddr"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -158,6 +159,9 @@ func New(o Options) (*Engine, error) {
 func checkListenAddr(o Options) error {
 	if strings.TrimSpace(o.ListenAddr) == "" {
 		return status.Errorf(status.InvalidArgument, "empty listen address")
+	}
+	if err := netaddr.CheckListen(o.ListenAddr); err != nil {
+		return status.Errorf(status.InvalidArgument, "listen address %q: %v", o.ListenAddr, err)
 	}
 	if len(o.Name) > wire.MaxNameLen {
 		return status.Errorf(status.InvalidArgument, "engine name of %d bytes exceeds %d", len(o.Name), wire.MaxNameLen)

@@ -94,6 +94,22 @@ func TestListenerIsLoopbackByDefault(t *testing.T) {
 
 func addrOf(b []byte) uint64 { return uint64(uintptrOf(b)) }
 
+// With p2p metadata a name is an address, checked whole before any dial:
+// a malformed one is an invalid argument, not a transport error.
+func TestMalformedP2PNamesAreInvalid(t *testing.T) {
+	e := newLocalEngine(t, core.Options{DefaultTimeout: 2 * time.Second})
+	for _, name := range []string{"127.0.0.1:99999", "127.0.0.1:-1", "127.0.0.1:12ab", "127.0.0.1:0",
+		"127.0.0.1", "host name:80", "[127.0.0.1]:80", "999.0.0.1:80", strings.Repeat("a", 1025)} {
+		_, err := e.OpenSegment(name)
+		require.Equal(t, status.InvalidArgument, status.CodeOf(err), "%q: %v", name, err)
+	}
+	require.Zero(t, e.Stats().Segments)
+	for _, addr := range []string{"127.0.0.1:99999", "127.0.0.1:-1", "localhost:http", "127.0.0.1"} {
+		_, err := core.New(core.Options{ListenAddr: addr, Transports: []string{"local"}})
+		require.Equal(t, status.InvalidArgument, status.CodeOf(err), "listen %q: %v", addr, err)
+	}
+}
+
 // Engines of one process are held to the same secret rule as processes.
 func TestInProcessPeersNeedTheSecret(t *testing.T) {
 	locked := newLocalEngine(t, core.Options{Secret: []byte("k")})

@@ -2,11 +2,11 @@ package core
 
 import (
 	"crypto/subtle"
-	"net"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/tent-dev/tent/internal/netaddr"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -187,12 +187,6 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 		p.mu.Unlock()
 		return local.Descriptor()
 	}
-	if e.dir == nil {
-		if _, _, err := net.SplitHostPort(p.name); err != nil {
-			return nil, status.Errorf(status.InvalidArgument,
-				"segment name %q: with p2p metadata a segment is named by its engine's \"host:port\"", p.name)
-		}
-	}
 	addr := p.name
 	if e.dir != nil {
 		d, err := e.dir.Resolve(p.name, deadline)
@@ -313,6 +307,15 @@ func (e *Engine) OpenSegment(name string) (*Segment, error) {
 	if e.closed {
 		e.mu.Unlock()
 		return nil, status.Errorf(status.Closed, "engine is closed")
+	}
+	if e.dir == nil {
+		// Without a directory a name is an address: check it whole before
+		// anything dials it.
+		if err := netaddr.CheckDial(name); err != nil {
+			e.mu.Unlock()
+			return nil, status.Errorf(status.InvalidArgument,
+				"segment name %q: with p2p metadata a segment is named by its engine's \"host:port\": %v", name, err)
+		}
 	}
 	p := e.peers[name]
 	if p == nil {

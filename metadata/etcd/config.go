@@ -1,12 +1,12 @@
 package etcd
 
 import (
-	"net"
 	"net/url"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/tent-dev/tent/internal/netaddr"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -52,15 +52,8 @@ func parseURL(raw, prefix string) (config, error) {
 		if h == "" {
 			return bad("empty endpoint")
 		}
-		host, port, err := net.SplitHostPort(h)
-		if err != nil {
-			return bad("endpoint %q: want host:port", h)
-		}
-		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 {
-			return bad("endpoint %q: bad port", h)
-		}
-		if host == "" {
-			return bad("endpoint %q: empty host", h)
+		if err := netaddr.CheckDial(h); err != nil {
+			return bad("endpoint %q: %v", h, err)
 		}
 		c.endpoints = append(c.endpoints, h)
 	}
