@@ -94,7 +94,8 @@ func TestFallbackWhenProcessVMRefused(t *testing.T) {
 	testHookProcessVM.Store(&hook)
 	t.Cleanup(func() { testHookProcessVM.Store(nil) })
 	const size = 1 << 20
-	peer := startPeer(t, peertest.Buffer{Size: size, Perm: rw}, peertest.Buffer{Size: size, Perm: rw, Alloc: true})
+	peer := startPeer(t, peertest.Buffer{Size: size, Perm: rw}, peertest.Buffer{Size: size, Perm: rw, Alloc: true},
+		peertest.Buffer{Size: size, Perm: core.PermRemoteRead, Alloc: true})
 	e, tr := newEngine(t, core.Options{}, "tcp")
 	seg := openSeg(t, e, peer.Name)
 	local := localBuf(t, e, 2*size)
@@ -117,6 +118,16 @@ func TestFallbackWhenProcessVMRefused(t *testing.T) {
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportTCP, Bytes: size}, st[0])
 	require.Equal(t, sum(t, peer, 0), peertest.Sum(local[:size]))
+	require.EqualValues(t, 1, tr.Stats()["fallbacks"])
+
+	// So does a read-only allocation: it never gets a memfd, so it is
+	// process_vm memory too.
+	code, st, err = run(t, e, []core.TransferRequest{
+		{Op: core.OpRead, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[2].Addr, Len: size},
+	}, core.TransferOptions{})
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportTCP, Bytes: size}, st[0])
+	require.Equal(t, peertest.Pattern(2, size), local[:size])
 	require.EqualValues(t, 1, tr.Stats()["fallbacks"])
 }
 

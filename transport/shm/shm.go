@@ -189,13 +189,20 @@ func (t *Transport) Eligible(r *core.Request) bool {
 		strings.HasPrefix(r.RemoteRegion.Location, "cuda") || endpoint(d) == "" {
 		return false
 	}
-	if r.RemoteRegion.AllocID == 0 && t.nDenied.Load() > 0 {
+	if !mappable(&r.RemoteRegion) && t.nDenied.Load() > 0 {
 		t.mu.Lock()
 		_, denied := t.denied[d.Incarnation]
 		t.mu.Unlock()
 		return !denied
 	}
 	return true
+}
+
+// mappable says whether the target may send a region's memfd (see
+// core.Region.HandleShareable): an engine allocation open to remote reads
+// and writes. Everything else is process_vm only.
+func mappable(rd *wire.RegionDesc) bool {
+	return rd.AllocID != 0 && rd.Perm&wire.PermMask == wire.PermMask
 }
 
 func endpoint(d *wire.SegmentDesc) string {

@@ -110,6 +110,10 @@ func TestTargetEnforcesLeases(t *testing.T) {
 		// Its size is sealed: the receiver cannot make the target fault.
 		require.ErrorIs(t, unix.Ftruncate(fds[0], 0), unix.EPERM)
 		require.ErrorIs(t, unix.Ftruncate(fds[0], 1<<20), unix.EPERM)
+		// Nor add seals: F_SEAL_FUTURE_WRITE would keep other peers from
+		// mapping it writable.
+		_, err := unix.FcntlInt(uintptr(fds[0]), unix.F_ADD_SEALS, unix.F_SEAL_FUTURE_WRITE)
+		require.ErrorIs(t, err, unix.EPERM)
 		// The writable one is the target's memory.
 		m, err := unix.Mmap(fds[0], 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		require.NoError(t, err)
@@ -132,7 +136,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 
 		// A stale cache of the freed allocation gets nothing; a granted
 		// allocation already sent is named without a second descriptor.
-		h, g, fds2 := rc.lease(t, 3, time.Second,
+		h, g, fds2 := rc.lease(t, 3, time.Minute,
 			leaseEntry{core.OpRead, a0.Addr, 8}, leaseEntry{core.OpRead, aro.Addr, 8})
 		require.Equal(t, status.NotRegistered, g[0].code)
 		require.Equal(t, status.OK, g[1].code)
