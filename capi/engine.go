@@ -253,6 +253,9 @@ type engineStats struct {
 	Transports map[string]map[string]int64 `json:"transports"`
 	// Metadata is the metadata directory's counters (etcd only).
 	Metadata map[string]int64 `json:"metadata,omitempty"`
+	// Listeners maps each listener ("engine", and the transports that run
+	// one) to its accept loop's counts.
+	Listeners map[string]core.ListenerStats `json:"listeners"`
 }
 
 // stats gathers the engine's counts.
@@ -270,6 +273,10 @@ func (e *engine) stats() engineStats {
 		ProcessHandles:   uint64(table.Len()),
 		Transports:       cs.Transports,
 		Metadata:         cs.Metadata,
+		Listeners:        cs.Listeners,
+	}
+	if s.Listeners == nil {
+		s.Listeners = map[string]core.ListenerStats{}
 	}
 	if s.Transports == nil {
 		s.Transports = map[string]map[string]int64{}

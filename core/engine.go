@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/internal/netaddr"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
@@ -34,6 +35,13 @@ type Options struct {
 	UnregisterTimeout time.Duration
 	// TCPStreams is the number of connections per peer for large requests.
 	TCPStreams int
+	// MaxUnauthenticated bounds, per listener (the engine's and each
+	// transport's), the connections between accept and the end of their
+	// handshake; past it the oldest of them is closed. Default 64.
+	MaxUnauthenticated int
+	// HandshakeTimeout bounds how long an accepted connection may take to
+	// finish its handshake. Default 10 s.
+	HandshakeTimeout time.Duration
 }
 
 const (
@@ -57,6 +65,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.TCPStreams <= 0 {
 		c.TCPStreams = 4
+	}
+	if c.MaxUnauthenticated <= 0 {
+		c.MaxUnauthenticated = acceptloop.DefaultMaxUnauthenticated
+	}
+	if c.HandshakeTimeout <= 0 {
+		c.HandshakeTimeout = acceptloop.DefaultHandshakeTimeout
 	}
 	if c.Transports == nil {
 		c.Transports = AvailableTransports()
@@ -487,6 +501,10 @@ type Stats struct {
 	Transports       map[string]map[string]int64
 	// Metadata is the directory's counters (nil for p2p metadata).
 	Metadata map[string]int64
+	// Listeners counts, for the engine's listener ("engine") and each
+	// installed transport with a listener of its own, what its accept loop
+	// has seen: accept errors, handshakes, evictions, timeouts.
+	Listeners map[string]ListenerStats
 }
 
 // Stats returns the engine's current counts.
@@ -503,6 +521,7 @@ func (e *Engine) Stats() Stats {
 		Peers:            len(e.peers),
 		ControlLinks:     len(e.links),
 		Transports:       map[string]map[string]int64{},
+		Listeners:        map[string]ListenerStats{},
 	}
 	ts := e.transports
 	e.mu.Unlock()
@@ -510,11 +529,20 @@ func (e *Engine) Stats() Stats {
 		s.Metadata = ds.Stats()
 	}
 	s.Connections = e.srv.connCount()
+	s.Listeners["engine"] = e.srv.loop.Stats()
 	s.Notifications = e.notes.len()
 	for _, in := range ts {
 		if in.gate.enter() {
 			var st map[string]int64
-			_ = safeCall(in.t.Name()+" stats", func() error { st = in.t.Stats(); return nil })
+			_ = safeCall(in.t.Name()+" stats", func() error {
+				st = in.t.Stats()
+				if lr, ok := in.t.(ListenerReporter); ok {
+					if ls, ok := lr.ListenerStats(); ok {
+						s.Listeners[in.t.Name()] = ls
+					}
+				}
+				return nil
+			})
 			in.gate.exit()
 			s.Transports[in.t.Name()] = st
 		}

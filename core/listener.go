@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -17,9 +18,28 @@ const (
 	KindTCPData uint8 = 2 // the tcp transport's data streams
 )
 
-// HandshakeTimeout bounds how long an accepted connection may take to
-// authenticate.
-const HandshakeTimeout = 10 * time.Second
+// ListenerStats are the counts of one listener's accept loop.
+type ListenerStats = acceptloop.Stats
+
+// ListenerReporter is implemented by transports that may run a listener
+// of their own; Engine.Stats reports it under the transport's name while
+// ok says one is running.
+type ListenerReporter interface {
+	ListenerStats() (s ListenerStats, ok bool)
+}
+
+// ListenerConfig is the accept-loop configuration for a listener of this
+// engine named name: the engine's limits on unauthenticated connections.
+// sameUser admits only Unix-socket peers of this process's user (or
+// root), for listeners that hand out same-host capabilities.
+func (e *Engine) ListenerConfig(name string, sameUser bool) acceptloop.Config {
+	return acceptloop.Config{
+		Name:               name,
+		MaxUnauthenticated: e.opts.MaxUnauthenticated,
+		HandshakeTimeout:   e.opts.HandshakeTimeout,
+		SameUser:           sameUser,
+	}
+}
 
 // ConnHandler serves one accepted, authenticated connection until it fails
 // or is closed; the engine closes it on Close.
@@ -29,7 +49,7 @@ type ConnHandler func(conn net.Conn, peerName string)
 // and hands each connection to the handler of the kind it asked for.
 type server struct {
 	e        *Engine
-	ln       net.Listener
+	loop     *acceptloop.Loop
 	mu       sync.Mutex
 	handlers map[uint8]handlerEntry
 	nextH    uint64
@@ -43,10 +63,11 @@ func newServer(e *Engine, addr string) (*server, error) {
 	if err != nil {
 		return nil, status.Errorf(status.TransportError, "listen on %s: %w", addr, err)
 	}
-	return &server{e: e, ln: ln, handlers: map[uint8]handlerEntry{}, conns: map[net.Conn]struct{}{}}, nil
+	loop := acceptloop.New(ln, e.ListenerConfig("engine", false))
+	return &server{e: e, loop: loop, handlers: map[uint8]handlerEntry{}, conns: map[net.Conn]struct{}{}}, nil
 }
 
-func (s *server) addr() string { return s.ln.Addr().String() }
+func (s *server) addr() string { return s.loop.Addr().String() }
 
 // handlerEntry is a registered handler; id tells registrations of one kind
 // apart, so only its owner can remove it.
@@ -74,23 +95,21 @@ func (s *server) handle(kind uint8, h ConnHandler) (remove func()) {
 
 func (s *server) start() {
 	s.wg.Add(1)
-	go s.acceptLoop()
+	go func() {
+		defer s.wg.Done()
+		s.loop.Serve(s.admit)
+	}()
 }
 
-func (s *server) acceptLoop() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.Accept()
-		if err != nil {
-			return // closed
-		}
-		if !s.track(c) {
-			c.Close()
-			return
-		}
-		s.wg.Add(1)
-		go s.serve(c)
+// admit starts serving an accepted connection (on the loop's goroutine).
+func (s *server) admit(c net.Conn, p *acceptloop.Pending) {
+	if !s.track(c) {
+		p.Done(false)
+		c.Close()
+		return
 	}
+	s.wg.Add(1)
+	go s.serve(c, p)
 }
 
 func (s *server) track(c net.Conn) bool {
@@ -103,7 +122,7 @@ func (s *server) track(c net.Conn) bool {
 	return true
 }
 
-func (s *server) serve(c net.Conn) {
+func (s *server) serve(c net.Conn, p *acceptloop.Pending) {
 	defer s.wg.Done()
 	defer func() {
 		s.mu.Lock()
@@ -112,8 +131,9 @@ func (s *server) serve(c net.Conn) {
 		c.Close()
 	}()
 	kind, peer, err := wire.ServerHandshake(c, wire.HandshakeConfig{
-		Secret: s.e.opts.Secret, Deadline: time.Now().Add(HandshakeTimeout), LocalName: s.e.Name(),
+		Secret: s.e.opts.Secret, Deadline: p.Deadline(), LocalName: s.e.Name(),
 	})
+	p.Done(err == nil)
 	if err != nil {
 		return
 	}
@@ -138,7 +158,7 @@ func (s *server) close() {
 		conns = append(conns, c)
 	}
 	s.mu.Unlock()
-	s.ln.Close()
+	s.loop.Close()
 	for _, c := range conns {
 		c.Close()
 	}

@@ -317,9 +317,13 @@ typedef struct tent_stats {
 /* Fills *out with the engine's counts. out->size must be set. */
 tent_status tent_engine_stats(tent_engine *engine, tent_stats *out);
 
-/* Writes a JSON object with the engine's counts and each transport's
- * resource counts (fds, mappings, connections, goroutines, ...) into buf,
- * NUL-terminated; TENT_ERR_BUFFER_TOO_SMALL if cap is too small.
+/* Writes a JSON object with the engine's counts, each transport's
+ * resource counts ("transports": fds, mappings, connections, goroutines,
+ * ...) and each listener's accept-loop counts ("listeners": "engine" and
+ * the transports that run a listener, each with accepted, accept_errors,
+ * last_accept_error, unauthenticated, authenticated, handshake_failures,
+ * handshake_timeouts, evicted, peer_rejected) into buf, NUL-terminated;
+ * TENT_ERR_BUFFER_TOO_SMALL if cap is too small.
  * *len_out (may be NULL) receives the length without the NUL. */
 tent_status tent_engine_stats_json(tent_engine *engine, char *buf, size_t cap, size_t *len_out);
 

@@ -193,22 +193,3 @@ func closeFDs(fds []int) {
 		}
 	}
 }
-
-// peerUID returns the uid of the process at the other end of a Unix socket.
-func peerUID(c *net.UnixConn) (int, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	var cred *unix.Ucred
-	var gerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, gerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return -1, err
-	}
-	if gerr != nil {
-		return -1, gerr
-	}
-	return int(cred.Uid), nil
-}

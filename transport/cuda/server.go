@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -29,7 +30,7 @@ type export struct {
 type server struct {
 	t    *Transport
 	e    *core.Engine
-	ln   *net.UnixListener
+	loop *acceptloop.Loop
 	addr string
 
 	mu     sync.Mutex
@@ -50,43 +51,40 @@ func newServer(t *Transport, e *core.Engine) (*server, error) {
 	if err != nil {
 		return nil, status.Errorf(status.TransportError, "cuda: listen on %s: %w", addr, err)
 	}
-	s := &server{t: t, e: e, ln: ln, addr: addr, conns: map[net.Conn]struct{}{}, served: map[*sconn]struct{}{}}
+	// Abstract sockets have no file permissions: only processes of our own
+	// user (or root) may import our memory, secret or not.
+	loop := acceptloop.New(ln, e.ListenerConfig("cuda", true))
+	s := &server{t: t, e: e, loop: loop, addr: addr, conns: map[net.Conn]struct{}{}, served: map[*sconn]struct{}{}}
 	s.wg.Add(1)
-	go s.acceptLoop()
+	go func() {
+		defer s.wg.Done()
+		loop.Serve(s.admit)
+	}()
 	return s, nil
 }
 
-func (s *server) acceptLoop() {
-	defer s.wg.Done()
-	for {
-		c, err := s.ln.AcceptUnix()
+// admit starts serving an accepted connection (on the loop's goroutine).
+func (s *server) admit(c net.Conn, p *acceptloop.Pending) {
+	if !s.track(c) {
+		p.Done(false)
+		c.Close()
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.untrack(c)
+		defer func() { _ = recover() }() // a bug here must not take the host process down
+		_, _, err := wire.ServerHandshake(c, wire.HandshakeConfig{
+			Secret: s.e.Options().Secret, Deadline: p.Deadline(), LocalName: s.e.Name(),
+		})
+		p.Done(err == nil)
 		if err != nil {
-			return // closed
-		}
-		if !s.track(c) {
-			c.Close()
 			return
 		}
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			defer s.untrack(c)
-			defer func() { _ = recover() }() // a bug here must not take the host process down
-			// Abstract sockets have no file permissions: only processes of
-			// our own user (or root) may import our memory, secret or not.
-			uid, err := peerUID(c)
-			if err != nil || (uid != os.Getuid() && uid != 0) {
-				return
-			}
-			_, _, err = wire.ServerHandshake(c, wire.HandshakeConfig{
-				Secret: s.e.Options().Secret, Deadline: time.Now().Add(core.HandshakeTimeout), LocalName: s.e.Name(),
-			})
-			if err != nil {
-				return
-			}
-			s.serve(c, c)
-		}()
-	}
+		uc := c.(*net.UnixConn)
+		s.serve(uc, uc)
+	}()
 }
 
 // serveTCP serves a session that arrived through the engine's listener
@@ -138,7 +136,7 @@ func (s *server) close() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	s.ln.Close()
+	s.loop.Close()
 	deadline := time.Now().Add(closeWait)
 	for s.leases.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)

@@ -446,6 +446,18 @@ func (t *Transport) Eligible(r *core.Request) bool {
 	return fab && t.endpoint(r.Desc, "ctl") != ""
 }
 
+// ListenerStats reports the same-host listener's accept loop; false while
+// none runs (not installed, or no driver).
+func (t *Transport) ListenerStats() (core.ListenerStats, bool) {
+	t.mu.Lock()
+	srv, closed := t.srv, t.closed
+	t.mu.Unlock()
+	if srv == nil || closed {
+		return core.ListenerStats{}, false
+	}
+	return srv.loop.Stats(), true
+}
+
 // Stats reports what the transport holds; every count but the totals
 // returns to zero after Uninstall.
 func (t *Transport) Stats() map[string]int64 {

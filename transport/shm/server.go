@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -47,31 +48,21 @@ type lease struct {
 // against before the engine is asked again.
 const pinWindow = 8
 
-func (t *Transport) acceptLoop() {
-	for {
-		c, err := t.ln.AcceptUnix()
-		if err != nil {
-			select {
-			case <-t.done:
-				return
-			case <-time.After(acceptRetry):
-				continue
-			}
-		}
-		sc := &serverConn{t: t, c: c, leases: map[uint64]*lease{}, sent: map[uint64]struct{}{}}
-		t.mu.Lock()
-		if t.closed {
-			t.mu.Unlock()
-			_ = c.Close()
-			return
-		}
-		t.servers[sc] = struct{}{}
-		t.spawnLocked(sc.serve)
-		t.mu.Unlock()
+// admit starts serving an accepted connection (on the loop's goroutine).
+func (t *Transport) admit(c net.Conn, p *acceptloop.Pending) {
+	sc := &serverConn{t: t, c: c.(*net.UnixConn), leases: map[uint64]*lease{}, sent: map[uint64]struct{}{}}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		p.Done(false)
+		_ = c.Close()
+		return
 	}
+	t.servers[sc] = struct{}{}
+	t.spawnLocked(func() { sc.serve(p) })
 }
 
-func (sc *serverConn) serve() {
+func (sc *serverConn) serve(p *acceptloop.Pending) {
 	t := sc.t
 	defer func() {
 		sc.close()
@@ -80,8 +71,9 @@ func (sc *serverConn) serve() {
 		t.mu.Unlock()
 	}()
 	kind, _, err := wire.ServerHandshake(sc.c, wire.HandshakeConfig{
-		Secret: t.secret, Deadline: time.Now().Add(core.HandshakeTimeout), LocalName: t.e.Name(),
+		Secret: t.secret, Deadline: p.Deadline(), LocalName: t.e.Name(),
 	})
+	p.Done(err == nil && kind == kindShm)
 	if err != nil || kind != kindShm {
 		return
 	}

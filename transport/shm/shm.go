@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -45,8 +46,6 @@ const (
 	// controlWriteTimeout bounds writes the target makes on its own
 	// account (grants, revokes) and fire-and-forget releases.
 	controlWriteTimeout = 5 * time.Second
-	// acceptRetry is the pause after a failed accept (EMFILE and the like).
-	acceptRetry = 20 * time.Millisecond
 )
 
 // Transport moves bytes between processes of one host. One instance serves
@@ -54,7 +53,7 @@ const (
 // target (listener, server connections, leases).
 type Transport struct {
 	e        *core.Engine
-	ln       *net.UnixListener
+	loop     *acceptloop.Loop
 	addr     string
 	secret   []byte
 	maxLease time.Duration
@@ -129,10 +128,13 @@ func (t *Transport) Install(e *core.Engine) error {
 		return status.Errorf(status.TransportError, "shm: listen on %s: %w", addr, err)
 	}
 	opts := e.Options()
-	t.e, t.ln, t.addr = e, ln, addr
+	// Any process of the host can reach an abstract socket: only our own
+	// user (or root) may be granted our memory, secret or not.
+	t.e, t.loop, t.addr = e, acceptloop.New(ln, e.ListenerConfig("shm", true)), addr
 	t.secret = append([]byte(nil), opts.Secret...)
 	t.maxLease = opts.DefaultTimeout
-	t.spawnLocked(t.acceptLoop)
+	loop := t.loop
+	t.spawnLocked(func() { loop.Serve(t.admit) })
 	t.spawnLocked(t.reaper)
 	return nil
 }
@@ -298,10 +300,10 @@ func (t *Transport) Uninstall() error {
 	for t.copying > 0 {
 		t.copyIdle.Wait()
 	}
-	ln := t.ln
+	loop := t.loop
 	t.mu.Unlock()
-	if ln != nil {
-		_ = ln.Close()
+	if loop != nil {
+		_ = loop.Close()
 	}
 
 	if t.e != nil {
@@ -330,6 +332,18 @@ func (t *Transport) Uninstall() error {
 	t.free = nil
 	t.mu.Unlock()
 	return nil
+}
+
+// ListenerStats reports the listener's accept loop; false before Install
+// and after Uninstall.
+func (t *Transport) ListenerStats() (core.ListenerStats, bool) {
+	t.mu.Lock()
+	loop, closed := t.loop, t.closed
+	t.mu.Unlock()
+	if loop == nil || closed {
+		return core.ListenerStats{}, false
+	}
+	return loop.Stats(), true
 }
 
 // Stats reports what the transport holds; the first six return to zero
