@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
 )
@@ -40,6 +42,14 @@ type Config struct {
 	// Binary, when set, is run instead of this test binary (os.Args[0]):
 	// a copy of it another user may execute, say.
 	Binary string `json:"-"`
+	// NoFileLimit, when set, is the child's RLIMIT_NOFILE soft limit, set
+	// before the engine is created (the Go runtime raises the soft limit
+	// at start, so it cannot be inherited).
+	NoFileLimit uint64 `json:",omitempty"`
+	// MaxUnauthenticated and HandshakeTimeout are the engine's listener
+	// limits (core.Options); zero means the defaults.
+	MaxUnauthenticated int           `json:",omitempty"`
+	HandshakeTimeout   time.Duration `json:",omitempty"`
 }
 
 // Buffer is one buffer of the peer.
@@ -170,7 +180,8 @@ func (p *Peer) readLine(timeout time.Duration) (string, error) {
 // "register I", "recv" (next notification), "free I" (Free an Alloc
 // buffer), "realloc I SEED" (Free it if needed, Alloc it again with the
 // same size, location and permissions, fill it with Pattern(SEED); answers
-// "ADDR ALLOCID" in decimal), and the names in Commands.
+// "ADDR ALLOCID" in decimal), "listeners" (the engine's Stats().Listeners
+// as JSON, see Listeners), and the names in Commands.
 func (p *Peer) Cmd(format string, args ...any) (string, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -185,6 +196,19 @@ func (p *Peer) Cmd(format string, args ...any) (string, error) {
 		return "", fmt.Errorf("peer: %s", line[6:])
 	}
 	return line, nil
+}
+
+// Listeners returns the peer engine's listener counts ("engine", "shm", ...).
+func (p *Peer) Listeners() (map[string]core.ListenerStats, error) {
+	line, err := p.Cmd("listeners")
+	if err != nil {
+		return nil, err
+	}
+	var out map[string]core.ListenerStats
+	if err := json.Unmarshal([]byte(line), &out); err != nil {
+		return nil, fmt.Errorf("listeners %q: %w", line, err)
+	}
+	return out, nil
 }
 
 // Kill ends the peer with SIGKILL (no clean shutdown) and reaps it.
@@ -234,7 +258,15 @@ func runPeer(raw string) int {
 		fmt.Fprintln(os.Stderr, "peertest:", err)
 		return 2
 	}
-	opts := core.Options{Transports: cfg.Transports, ListenAddr: cfg.ListenAddr, Name: cfg.Name, Metadata: cfg.Metadata}
+	if cfg.NoFileLimit > 0 {
+		lim := unix.Rlimit{Cur: cfg.NoFileLimit, Max: cfg.NoFileLimit}
+		if err := unix.Setrlimit(unix.RLIMIT_NOFILE, &lim); err != nil {
+			fmt.Fprintln(os.Stderr, "peertest: RLIMIT_NOFILE:", err)
+			return 2
+		}
+	}
+	opts := core.Options{Transports: cfg.Transports, ListenAddr: cfg.ListenAddr, Name: cfg.Name, Metadata: cfg.Metadata,
+		MaxUnauthenticated: cfg.MaxUnauthenticated, HandshakeTimeout: cfg.HandshakeTimeout}
 	if cfg.Secret != "" {
 		opts.Secret = []byte(cfg.Secret)
 	}
@@ -329,6 +361,11 @@ func runPeer(raw string) int {
 			} else {
 				fmt.Println(ans)
 			}
+			continue
+		}
+		if f[0] == "listeners" {
+			out, _ := json.Marshal(e.Stats().Listeners)
+			fmt.Println(string(out))
 			continue
 		}
 		idx := -1
