@@ -128,9 +128,10 @@ func (t *Transport) Install(e *core.Engine) error {
 		return status.Errorf(status.TransportError, "shm: listen on %s: %w", addr, err)
 	}
 	opts := e.Options()
-	// Any process of the host can reach an abstract socket: only our own
-	// user (or root) may be granted our memory, secret or not.
-	t.e, t.loop, t.addr = e, acceptloop.New(ln, e.ListenerConfig("shm", true)), addr
+	// Any process of the host can reach an abstract socket, and peers of
+	// any user are admitted: what another user gets is decided per
+	// connection (no memfds, process_vm only, which the kernel checks).
+	t.e, t.loop, t.addr = e, acceptloop.New(ln, e.ListenerConfig("shm", false)), addr
 	t.secret = append([]byte(nil), opts.Secret...)
 	t.maxLease = opts.DefaultTimeout
 	loop := t.loop
