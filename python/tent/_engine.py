@@ -381,7 +381,9 @@ class Engine(_Managed):
         self, size: int, location: str = "cpu", remote_read: bool = True, remote_write: bool = True
     ) -> "AllocatedRegion":
         """Allocates and registers size bytes at location. Host memory is
-        shared memory same-host peers map directly; ``.view()`` and
+        shared memory same-host peers map directly when both remote_read
+        and remote_write are set (a shared mapping would grant both;
+        otherwise they copy with process_vm); ``.view()`` and
         ``.numpy()`` give zero-copy access to it. Freed by ``close()``."""
         h = self._h()
         size = _check.integer(size, "size")

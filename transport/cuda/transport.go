@@ -410,9 +410,10 @@ func isCUDALoc(loc string) bool { return loc == "cuda" || strings.HasPrefix(loc,
 
 // Eligible: a driver is present, one side is GPU memory, and the peer is
 // in this process, or on this host with a cuda endpoint (remote GPU
-// memory), or elsewhere on the NVLink fabric (a region with a fabric
-// handle). Remote GPU memory that cannot be shared is still taken, so that
-// it fails with a message that says why.
+// memory the peer allocated with tent_alloc for remote read and write:
+// the only memory whose handle it exports), or elsewhere on the NVLink
+// fabric (a region with a fabric handle). Other remote GPU memory is left
+// to transports that stage through host memory (tcp).
 func (t *Transport) Eligible(r *core.Request) bool {
 	if t.down.Load() {
 		return false
