@@ -47,7 +47,7 @@ TEST_TARGETS += test-cpp
 TEST_TARGETS += test-python
 TEST_TARGETS += test-multihost
 
-.PHONY: all lib demo test $(TEST_TARGETS) clean bench-register gpu-check bench bench-compare
+.PHONY: all lib demo test $(TEST_TARGETS) test-stress clean bench-register gpu-check bench bench-compare
 
 all: lib $(BUILD)/demo_register
 
@@ -84,6 +84,12 @@ test-vet:
 
 test-go:
 	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
+
+# Not in TEST_TARGETS (about half an hour on 2 CPUs): the etcd package 20
+# times in a row and the whole Go suite 3 times, with -race, while
+# stress-ng (or a busy loop) keeps both CPUs busy; see tests/stress.sh.
+test-stress:
+	GO=$(GO) bash tests/stress.sh
 
 # Every native fuzz target, briefly (their seed corpora already run in
 # test-go). A longer hunt: make test-fuzz FUZZTIME=5000000x.

@@ -323,7 +323,7 @@ func TestWatchSeesReRegisteredRegion(t *testing.T) {
 	// The watch delivers the change asynchronously: wait for it to arrive.
 	require.Eventually(t, func() bool {
 		return sp.count("target") > seen && sp.watchedGen("target") >= gen0+2
-	}, 5*time.Second, 10*time.Millisecond, "the watch did not deliver the change")
+	}, 10*time.Second, 10*time.Millisecond, "the watch did not deliver the change")
 	// Still the old descriptor in the cache: the watch only marks it stale.
 	require.Equal(t, gen0, seg.Peer().Desc().Generation)
 
@@ -335,12 +335,12 @@ func TestWatchSeesReRegisteredRegion(t *testing.T) {
 	// Unregistered: the refreshed descriptor refuses it before any byte moves.
 	seen = sp.count("target")
 	cmd(t, peer, "unregister 0")
-	require.Eventually(t, func() bool { return sp.count("target") > seen }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return sp.count("target") > seen }, 10*time.Second, 10*time.Millisecond)
 	err = transfer(e, seg, core.OpWrite, memory.Addr(buf), peer.Buffers[0].Addr, 4096)
 	require.ErrorContains(t, err, "not registered")
 	seen = sp.count("target")
 	cmd(t, peer, "register 0")
-	require.Eventually(t, func() bool { return sp.count("target") > seen }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return sp.count("target") > seen }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, transfer(e, seg, core.OpWrite, memory.Addr(buf), peer.Buffers[0].Addr, 4096))
 }
 
@@ -378,7 +378,7 @@ func TestKilledEngineExpiresAndRestarts(t *testing.T) {
 	gone := time.Since(killed)
 	t.Logf("entry removed %v after the kill (TTL %v)", gone.Round(time.Millisecond), ttl)
 	require.GreaterOrEqual(t, gone, ttl/2)
-	require.Eventually(t, func() bool { return sp.count("worker") > seen }, 5*time.Second, 10*time.Millisecond)
+	require.Eventually(t, func() bool { return sp.count("worker") > seen }, 10*time.Second, 10*time.Millisecond)
 
 	start := time.Now()
 	err = transfer(e, seg, core.OpWrite, memory.Addr(buf), peer.Buffers[0].Addr, 4096)
@@ -493,7 +493,7 @@ func TestEtcdOutage(t *testing.T) {
 	d, err := sp.d.Resolve("svc-b", time.Now().Add(5*time.Second))
 	require.NoError(t, err)
 	require.Equal(t, "svc-b", d.Name)
-	require.Less(t, time.Since(start), fallbackProbe+time.Second)
+	require.Less(t, time.Since(start), fallbackProbe+2*time.Second, "answered from the copy after the probe, not the 5 s deadline")
 	_, err = sp.d.Resolve("svc-fresh", time.Now().Add(time.Second))
 	require.Equal(t, status.Timeout, status.CodeOf(err), "%v", err)
 

@@ -62,3 +62,17 @@ def test_unknown_code_is_a_plain_tent_error():
 def test_fork_error_is_exported_and_library_error_has_no_code():
     assert tent.ForkError.code == _lib.TENT_ERR_FORKED
     assert tent.LibraryError("x").code is None and isinstance(tent.LibraryError("x"), OSError)
+
+
+@pytest.mark.parametrize("timeout", [1, 0.5])
+def test_unreachable_etcd_fails_within_the_engine_timeout(timeout):
+    # Port 1 on loopback: nobody listens. The etcd wait is the engine's
+    # timeout when it is shorter than the 5 s default dial timeout.
+    import time
+
+    start = time.monotonic()
+    with pytest.raises(tent.Timeout) as info:
+        tent.Engine(metadata="etcd://127.0.0.1:1", timeout=timeout)
+    took = time.monotonic() - start
+    assert "127.0.0.1:1" in str(info.value)
+    assert took < timeout + 2, f"failed after {took:.2f} s with timeout={timeout}"
