@@ -148,7 +148,9 @@ typedef struct tent_engine_options {
                                "local,shm,tcp"; NULL = all available */
   const void *secret;       /* shared secret peers must prove; NULL = none */
   size_t secret_len;
-  uint64_t timeout_ms;      /* default request deadline; 0 = 30000 */
+  uint64_t timeout_ms;      /* default request deadline; 0 = 30000. Also
+                               bounds each wait for etcd when shorter than
+                               its dial_timeout (see Publication) */
   uint64_t unregister_timeout_ms; /* wait for transfers on unregister; 0 = 5000 */
   uint32_t tcp_streams;     /* TCP connections per peer; 0 = 4 */
   uint32_t reserved1;       /* must be 0 */
@@ -159,9 +161,12 @@ typedef struct tent_engine_options {
 
 /* Creates an engine. opts may be NULL (defaults). On success *engine_out is
  * a new handle owned by the caller, released with tent_engine_destroy.
+ * With etcd metadata the engine's descriptor, listing every installed
+ * transport, is in etcd when this returns (see Publication); an etcd that
+ * does not answer within the etcd timeout fails the call.
  * Errors: INVALID_ARGUMENT (bad options), NOT_FOUND (unknown transport),
  * TRANSPORT (listener or transport failed to start), AUTH/NAME_IN_USE/
- * TIMEOUT (metadata service). */
+ * TIMEOUT/TRANSPORT (metadata service). */
 tent_status tent_engine_create(const tent_engine_options *opts, tent_engine **engine_out);
 
 /* Destroys an engine (its handle is invalid afterwards, even if an error is
@@ -180,6 +185,31 @@ tent_status tent_engine_destroy(tent_engine *engine);
  * TENT_ERR_BUFFER_TOO_SMALL. *len_out (may be NULL) receives the length
  * without the NUL in both cases. */
 tent_status tent_engine_name(tent_engine *engine, char *buf, size_t cap, size_t *len_out);
+
+/* ---- Publication (etcd metadata) ---------------------------------------
+ *
+ * With etcd metadata the engine's descriptor (its endpoints and registered
+ * regions) is stored under <metadata_prefix>/segments/<name>. When
+ * tent_engine_create, tent_register, tent_register_batch, tent_unregister,
+ * tent_unregister_batch, tent_alloc, tent_free or tent_uninstall returns
+ * TENT_OK, etcd already holds a descriptor that reflects the call (or a
+ * newer one). So a process may register memory and hand the address to a
+ * peer at once (the peer's open segment refreshes itself), and whoever
+ * reads etcd sees the change. Concurrent calls share writes: a batch is one
+ * write, a burst of registrations from many threads one or two.
+ *
+ * Each wait is bounded by the etcd timeout: the metadata URL's dial_timeout
+ * (default 5 s) or timeout_ms, whichever is shorter. Past it,
+ * tent_engine_create fails; the other calls succeed anyway — the change is
+ * made, and peers that have the segment open learn it from this engine
+ * directly — and the descriptor is published as soon as etcd answers.
+ * Until then later calls do not wait (an outage costs one timeout, not one
+ * per call), and tent_engine_stats_json reports the state under "metadata"
+ * ("behind": 1, "publish_timeouts", "published_generation"). A
+ * registration never hangs and never fails because etcd is away.
+ *
+ * With p2p metadata nothing is published: a peer asks the engine itself,
+ * which answers with its registrations as of that moment. */
 
 /* ---- Memory registration ---------------------------------------------- */
 
@@ -221,7 +251,8 @@ typedef struct tent_region_desc {
  * TENT_ERR_ALREADY_REGISTERED (callers may treat it as success); an
  * identical registration still in flight fails with TENT_ERR_BUSY. Does not
  * take ownership of the memory. On success *region_out is owned by the
- * caller and released with tent_unregister.
+ * caller and released with tent_unregister. With etcd metadata the region
+ * is in etcd when this returns (see Publication).
  * Errors: INVALID_ARGUMENT (NULL addr, zero len, addr+len overflows,
  * unknown flags, bad location), OVERLAP, ALREADY_REGISTERED, BUSY,
  * TRANSPORT / INTERNAL (a transport failed; nothing stays registered). */
@@ -231,7 +262,8 @@ tent_status tent_register(tent_engine *engine, void *addr, size_t len, const cha
 /* Registers n regions, all or none. Entries overlapping each other are
  * TENT_ERR_INVALID_ARGUMENT. regions_out must have room for n handles; it
  * is written only on success, each handle released with tent_unregister or
- * tent_unregister_batch. */
+ * tent_unregister_batch. The whole batch is published to etcd in one write
+ * before this returns (see Publication). */
 tent_status tent_register_batch(tent_engine *engine, const tent_region_desc *descs, size_t n,
                                 uint32_t flags, tent_region **regions_out);
 
@@ -239,10 +271,13 @@ tent_status tent_register_batch(tent_engine *engine, const tent_region_desc *des
  * region are waited for, up to the engine's unregister timeout; if they are
  * still running then, returns TENT_ERR_BUSY and the region stays
  * registered (and its handle valid). NULL is a no-op. A region from
- * tent_alloc is TENT_ERR_INVALID_ARGUMENT: release it with tent_free. */
+ * tent_alloc is TENT_ERR_INVALID_ARGUMENT: release it with tent_free. With
+ * etcd metadata the region is gone from etcd when this returns (see
+ * Publication). */
 tent_status tent_unregister(tent_engine *engine, tent_region *region);
 
-/* Unregisters n regions, all or none (same waiting rule as tent_unregister).
+/* Unregisters n regions, all or none (same waiting rule and publication as
+ * tent_unregister).
  * A handle listed twice is TENT_ERR_INVALID_ARGUMENT; NULL entries are
  * TENT_ERR_INVALID_HANDLE. */
 tent_status tent_unregister_batch(tent_engine *engine, tent_region *const *regions, size_t n);
@@ -263,8 +298,8 @@ tent_status tent_region_get_info(tent_engine *engine, tent_region *region, tent_
  * memfd mapping that same-host peers can map directly (the shm transport);
  * GPU memory is an exportable CUDA allocation. Either is shared as a
  * handle only when flags has both TENT_REMOTE_READ and TENT_REMOTE_WRITE
- * (see the flags above). Release with tent_free, which
- * unregisters and frees. Errors: INVALID_ARGUMENT, UNSUPPORTED (no GPU),
+ * (see the flags above). Published like tent_register. Release with
+ * tent_free, which unregisters (published like tent_unregister) and frees. Errors: INVALID_ARGUMENT, UNSUPPORTED (no GPU),
  * NO_MEMORY. */
 tent_status tent_alloc(tent_engine *engine, size_t size, const char *location, uint32_t flags,
                        void **addr_out, tent_region **region_out);
@@ -295,7 +330,9 @@ const char *tent_transport_name(uint32_t transport);
  * Transfers in flight on it finish or fail with TENT_ERR_CLOSED; then the
  * transport releases every socket, mapping, fd and thread it holds, and
  * cached peer mappings are invalidated. Later requests use the remaining
- * transports. Errors: NOT_FOUND (not installed). */
+ * transports. With etcd metadata the descriptor without the transport's
+ * endpoints is in etcd when this returns (see Publication).
+ * Errors: NOT_FOUND (not installed). */
 tent_status tent_uninstall(tent_engine *engine, const char *transport_name);
 
 /* ---- Statistics (leak checks) ------------------------------------------ */
@@ -319,10 +356,13 @@ tent_status tent_engine_stats(tent_engine *engine, tent_stats *out);
 
 /* Writes a JSON object with the engine's counts, each transport's
  * resource counts ("transports": fds, mappings, connections, goroutines,
- * ...) and each listener's accept-loop counts ("listeners": "engine" and
+ * ...), each listener's accept-loop counts ("listeners": "engine" and
  * the transports that run a listener, each with accepted, accept_errors,
  * last_accept_error, unauthenticated, authenticated, handshake_failures,
- * handshake_timeouts, evicted, peer_rejected) into buf, NUL-terminated;
+ * handshake_timeouts, evicted, peer_rejected) and, with etcd metadata, the
+ * directory's counts ("metadata": published, published_generation, behind,
+ * writes, publish_timeouts, lease_regrants, watch_invalidations,
+ * stale_resolves) into buf, NUL-terminated;
  * TENT_ERR_BUFFER_TOO_SMALL if cap is too small.
  * *len_out (may be NULL) receives the length without the NUL. */
 tent_status tent_engine_stats_json(tent_engine *engine, char *buf, size_t cap, size_t *len_out);

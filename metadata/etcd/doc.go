@@ -28,14 +28,14 @@
 // requests over 1.5 MiB by default) is stored without its regions; peers
 // get the full descriptor over the control link in any case.
 //
-// # Publishing, leases and names
+// # Names
 //
 // At engine creation the backend connects and grants a lease (an
 // unreachable etcd fails creation with TENT_ERR_TIMEOUT or
 // TENT_ERR_TRANSPORT within the etcd timeout), then claims the name with
 // compare-and-set transactions: the key is created only if it is absent
-// (CreateRevision 0), or rewritten if it is already this engine's (its lease, or its incarnation). A key held by
-// anyone else fails creation with TENT_ERR_NAME_IN_USE, naming the holder
+// (CreateRevision 0), or rewritten if it is already this engine's (its
+// lease, or its incarnation). A key held by anyone else fails creation with TENT_ERR_NAME_IN_USE, naming the holder
 // (pid, control address) and when its lease expires; nothing is
 // overwritten. An engine that dies without closing therefore holds its
 // name until its lease expires (up to ttl).
@@ -72,11 +72,13 @@
 //
 // # Leases
 //
-// The client's KeepAlive renews the lease every ttl/3. If the lease is lost (it expired while etcd was
-// unreachable, or an operator revoked it) or the key is deleted, the
-// engine grants a new lease and claims its name again, retrying with
-// backoff until etcd answers; if another engine took the name meanwhile,
-// it keeps retrying and never overwrites that engine's entry.
+// The client's KeepAlive renews the lease every ttl/3. If the lease is
+// lost (it expired while etcd was unreachable, or an operator revoked it)
+// or the key is deleted, the engine grants a new lease and claims its name
+// again, retrying with backoff until etcd answers; if another engine took
+// the name meanwhile, it keeps retrying and never overwrites that engine's
+// entry. Until the new claim is confirmed, etcd is not known to hold the
+// descriptor, so calls wait for that claim as for any other write.
 //
 // A clean Close deletes the key (if still this engine's) and revokes the
 // lease at once, waiting at most 2 s for etcd; a killed engine's key
