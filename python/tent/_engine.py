@@ -150,6 +150,13 @@ class Engine(_Managed):
     order (None = every available one); ``secret`` (bytes or str) is the
     shared secret peers must prove; ``timeout`` and ``unregister_timeout``
     are in seconds (None = the library's defaults, 30 s and 5 s).
+
+    With ``metadata="etcd://..."``, creating the engine, registering,
+    unregistering, ``alloc`` and ``free`` return once etcd holds the new
+    descriptor, and each wait for etcd lasts at most ``timeout`` or the
+    URL's ``dial_timeout`` (default 5 s), whichever is shorter ("Publication"
+    in tent.h): an unreachable etcd fails the constructor with
+    ``tent.Timeout`` in that time.
     """
 
     _kind = "engine"
