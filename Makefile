@@ -2,13 +2,22 @@
 #
 #   make            build/libtent.so, build/include/tent.h and the C demo
 #   make demo       build and run the demo (cpp_examples/demo_register.c)
-#   make test       every suite in TEST_TARGETS (go vet, Go tests with -race,
-#                   C tests, fork tests, Python package tests, two "hosts"
-#                   in network namespaces)
+#   make test       installs missing Debian packages (tools/deps.sh; DEPS=off
+#                   skips that), then every suite in TEST_TARGETS (go vet, Go
+#                   tests with -race, C, C++, fork, fuzz, Python, two "hosts"
+#                   in network namespaces, install), and a summary: failed
+#                   suites, and SKIPPED: <suite>: <reason> for whatever could
+#                   not run (with CI=true a skip fails the run)
 #   make wheel      the Python wheel (dist/), bundling libtent.so
+#   make install    PREFIX=/usr/local (and DESTDIR): libtent.so, tent.h,
+#                   tent.hpp, the CMake package (tent::tent) and tent.pc
+#   make uninstall  the same PREFIX/DESTDIR
 #   make clean
 #
 # A new suite is one line: TEST_TARGETS += test-foo, and a test-foo rule.
+# A suite that cannot run something says so with
+# `bash tools/skips.sh record test-foo "why"`; Go suites run through
+# tools/gotest.sh, which records every t.Skip.
 
 GO      ?= go
 CC      ?= gcc
@@ -29,6 +38,14 @@ LIB_LDFLAGS := -extldflags "-Wl,--version-script=$(CURDIR)/capi/exports.map -Wl,
                -X main.exportsDigest=$(shell cksum < capi/exports.map | cut -d' ' -f1)
 GO_TEST_TIMEOUT ?= 4m
 
+# The version, from one place: tent.h's TENT_VERSION_* macros
+# (python/tent/_version.py is checked against them by the Python suite).
+version_part = $(shell sed -n 's/^\#define TENT_VERSION_$(1) \([0-9][0-9]*\).*/\1/p' $(HEADER))
+TENT_VERSION_MAJOR := $(call version_part,MAJOR)
+TENT_VERSION_MINOR := $(call version_part,MINOR)
+TENT_VERSION_PATCH := $(call version_part,PATCH)
+TENT_VERSION       := $(TENT_VERSION_MAJOR).$(TENT_VERSION_MINOR).$(TENT_VERSION_PATCH)
+
 CFLAGS_TEST := -std=c11 -Wall -Wextra -Werror -Iinclude -Itests/c -g
 RPATH       := -Wl,-rpath,'$$ORIGIN'
 
@@ -46,12 +63,17 @@ TEST_TARGETS += test-fuzz
 TEST_TARGETS += test-cpp
 TEST_TARGETS += test-python
 TEST_TARGETS += test-multihost
+TEST_TARGETS += test-install
+TEST_TARGETS += test-tools
 
-.PHONY: all lib demo test $(TEST_TARGETS) test-stress clean bench-register gpu-check bench bench-compare
+.PHONY: all lib demo test deps $(TEST_TARGETS) test-stress clean bench-register gpu-check bench bench-compare \
+        install uninstall
 
 all: lib $(BUILD)/demo_register
 
-lib: $(LIB) $(BUILD)/include/tent.h
+# build/ is itself a prefix CMake can find: CMAKE_PREFIX_PATH=build
+# (cpp_examples/ does that by default).
+lib: $(LIB) $(BUILD)/include/tent.h $(BUILD)/include/tent.hpp $(BUILD)/tentConfig.cmake $(BUILD)/tentConfigVersion.cmake
 
 $(LIB): $(LIB_SRCS)
 	@mkdir -p $(BUILD)
@@ -77,13 +99,33 @@ demo: all wheel
 	$(VENV_DEMO)/bin/python -m pip install -q --no-deps $(WHEEL_GLOB)
 	$(VENV_DEMO)/bin/python -m tent demo
 
-test: $(TEST_TARGETS)
+# make test: the packages first (before anything runs: a missing one stops
+# here with the apt-get line to run), then each suite in its own sub-make,
+# going on after a failure, then the summary (tools/skips.sh). Every skip
+# lands in SKIP_LOG on its way.
+SKIP_LOG := $(CURDIR)/$(BUILD)/skipped.txt
+DEPS     ?= on
+
+deps:
+ifeq ($(DEPS),off)
+	@echo "make test: DEPS=off, not checking Debian packages (tools/deps.sh check lists them)"
+else
+	@bash tools/deps.sh install
+endif
+
+test: deps
+	@mkdir -p $(BUILD) && rm -f $(SKIP_LOG)
+	@failed=""; for t in $(TEST_TARGETS); do \
+	  echo "==== make $$t"; \
+	  TENT_SKIP_LOG=$(SKIP_LOG) $(MAKE) -k --no-print-directory $$t || failed="$$failed $$t"; \
+	done; \
+	bash tools/skips.sh summary $(SKIP_LOG) $(TEST_TARGETS) -- $$failed
 
 test-vet:
 	$(GO) vet ./...
 
 test-go:
-	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
+	GO=$(GO) bash tools/gotest.sh test-go -race -count=1 -timeout $(GO_TEST_TIMEOUT) ./...
 
 # Not in TEST_TARGETS (about half an hour on 2 CPUs): the etcd package 20
 # times in a row and the whole Go suite 3 times, with -race, while
@@ -118,7 +160,7 @@ test-fuzz:
 
 test-multihost:
 	$(GO) vet -tags multihost ./tests/multihost/
-	$(GO) test -race -count=1 -timeout $(GO_TEST_TIMEOUT) -tags multihost ./tests/multihost/
+	GO=$(GO) bash tools/gotest.sh test-multihost -race -count=1 -timeout $(GO_TEST_TIMEOUT) -tags multihost ./tests/multihost/
 
 # ---- C tests ---------------------------------------------------------------
 
@@ -159,6 +201,11 @@ test-c: $(C_TESTS) $(BUILD)/demo_register
 test-badinput: $(BUILD)/tests/test_badinput
 	./$(BUILD)/tests/test_badinput
 
+# ---- C++: include/tent.hpp, cpp_examples/, tests/cpp/ (rules in tests/cpp/cpp.mk) ----
+
+# (before the Python rules: their prerequisites name CPP_HPP and CPP_EX)
+include tests/cpp/cpp.mk
+
 # ---- Fork tests from Python (ctypes on build/libtent.so) -------------------
 
 test-fork: $(LIB)
@@ -193,9 +240,16 @@ $(VENV_TEST)/.stamp:
 	$(VENV_TEST)/bin/python -m pip install -q numpy pytest
 	touch $@
 
-$(BUILD)/wheel.stamp: $(LIB) $(HEADER) $(PY_SRCS) $(VENV_BUILD)/.stamp
+# The wheel carries the CMake package too, at tent/share/cmake/tent
+# (tent.get_cmake_dir()), next to tent/libtent.so and tent/include/.
+WHEEL_CMAKE := $(BUILD)/wheel-cmake
+
+$(BUILD)/wheel.stamp: $(LIB) $(HEADER) $(CPP_HPP) $(PY_SRCS) $(VENV_BUILD)/.stamp \
+                      $(WHEEL_CMAKE)/tentConfig.cmake $(WHEEL_CMAKE)/tentConfigVersion.cmake
 	cp $(LIB) python/tent/libtent.so && (strip --strip-debug python/tent/libtent.so 2>/dev/null || true)
-	mkdir -p python/tent/include && cp $(HEADER) python/tent/include/tent.h
+	mkdir -p python/tent/include && cp $(HEADER) $(CPP_HPP) python/tent/include/
+	rm -rf python/tent/share && mkdir -p python/tent/share/cmake/tent && \
+	  cp $(WHEEL_CMAKE)/tentConfig.cmake $(WHEEL_CMAKE)/tentConfigVersion.cmake python/tent/share/cmake/tent/
 	rm -rf python/build dist/tent-*.whl
 	$(VENV_BUILD)/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./python
 	rm -rf python/build python/tent.egg-info
@@ -205,16 +259,70 @@ $(BUILD)/wheel.stamp: $(LIB) $(HEADER) $(PY_SRCS) $(VENV_BUILD)/.stamp
 .PHONY: wheel
 wheel: $(BUILD)/wheel.stamp
 
-test-python: wheel $(VENV_TEST)/.stamp
+# (the C++ bench: test_bench.py compares tent-bench with it)
+test-python: wheel $(VENV_TEST)/.stamp $(CPP_EX)/bench
 	$(VENV_TEST)/bin/python -m pip install -q mypy==2.4.1
 	cd python && $(CURDIR)/$(VENV_TEST)/bin/python -m mypy   # the package's type hints ([tool.mypy] in pyproject.toml)
 	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
 	cd tests/python && TENT_WHEEL="$$(ls $(CURDIR)/$(WHEEL_GLOB))" TENT_SOURCE_DIR=$(CURDIR) \
 	  $(CURDIR)/$(VENV_TEST)/bin/python -m pytest -q -p no:cacheprovider .
 
-# ---- C++: include/tent.hpp, cpp_examples/, tests/cpp/ (rules in tests/cpp/cpp.mk) ----
+# ---- Install: the library, both headers, the CMake package, pkg-config ----
+#
+#   make install PREFIX=/opt/tent [DESTDIR=/staging]
+#     lib/libtent.so                           (SONAME libtent.so)
+#     include/tent.h, include/tent.hpp
+#     lib/cmake/tent/tentConfig.cmake          find_package(tent 0.1) -> tent::tent
+#     lib/cmake/tent/tentConfigVersion.cmake
+#     lib/pkgconfig/tent.pc                    pkg-config --cflags --libs tent
+#   make uninstall PREFIX=... [DESTDIR=...]
+#
+# The CMake files come from cmake/*.in (tools/configure.sh), in one variant
+# per layout; each finds the library relative to its own location.
 
-include tests/cpp/cpp.mk
+PREFIX  ?= /usr/local
+DESTDIR ?=
+INSTALL_ROOT := $(DESTDIR)$(PREFIX)
+INSTALL_CMAKE := $(BUILD)/install-cmake
+CMAKE_IN := cmake/tentConfig.cmake.in cmake/tentConfigVersion.cmake.in
+VERSION_VARS = TENT_VERSION=$(TENT_VERSION) TENT_VERSION_MAJOR=$(TENT_VERSION_MAJOR) \
+               TENT_VERSION_MINOR=$(TENT_VERSION_MINOR)
+
+# $(call cmake_package,DIR,CONFIG_TO_LIBDIR,CONFIG_TO_INCLUDEDIR)
+define cmake_package
+$(1)/tentConfig.cmake: cmake/tentConfig.cmake.in $(HEADER) tools/configure.sh
+	bash tools/configure.sh $$< $$@ $$(VERSION_VARS) CONFIG_TO_LIBDIR=$(2) CONFIG_TO_INCLUDEDIR=$(3)
+$(1)/tentConfigVersion.cmake: cmake/tentConfigVersion.cmake.in $(HEADER) tools/configure.sh
+	bash tools/configure.sh $$< $$@ $$(VERSION_VARS)
+endef
+$(eval $(call cmake_package,$(BUILD),.,include))
+$(eval $(call cmake_package,$(INSTALL_CMAKE),../..,../../../include))
+$(eval $(call cmake_package,$(WHEEL_CMAKE),../../..,../../../include))
+
+install: $(LIB) $(HEADER) $(CPP_HPP) $(INSTALL_CMAKE)/tentConfig.cmake $(INSTALL_CMAKE)/tentConfigVersion.cmake
+	@case "$(PREFIX)" in /*) ;; *) echo "make install: PREFIX must be an absolute path (got $(PREFIX))" >&2; exit 1;; esac
+	install -d $(INSTALL_ROOT)/lib/cmake/tent $(INSTALL_ROOT)/lib/pkgconfig $(INSTALL_ROOT)/include
+	install -m 0755 $(LIB) $(INSTALL_ROOT)/lib/libtent.so
+	install -m 0644 $(HEADER) $(CPP_HPP) $(INSTALL_ROOT)/include/
+	install -m 0644 $(INSTALL_CMAKE)/tentConfig.cmake $(INSTALL_CMAKE)/tentConfigVersion.cmake $(INSTALL_ROOT)/lib/cmake/tent/
+	bash tools/configure.sh cmake/tent.pc.in $(INSTALL_ROOT)/lib/pkgconfig/tent.pc TENT_VERSION=$(TENT_VERSION) PREFIX=$(PREFIX)
+
+uninstall:
+	rm -f $(INSTALL_ROOT)/lib/libtent.so $(INSTALL_ROOT)/include/tent.h $(INSTALL_ROOT)/include/tent.hpp \
+	  $(INSTALL_ROOT)/lib/cmake/tent/tentConfig.cmake $(INSTALL_ROOT)/lib/cmake/tent/tentConfigVersion.cmake \
+	  $(INSTALL_ROOT)/lib/pkgconfig/tent.pc
+	-rmdir $(INSTALL_ROOT)/lib/cmake/tent 2>/dev/null
+	-rmdir --ignore-fail-on-non-empty $(INSTALL_ROOT)/lib/cmake $(INSTALL_ROOT)/lib/pkgconfig 2>/dev/null
+
+# Installs into a temporary prefix and builds, from a directory outside the
+# repository, a C++ project that does find_package(tent) and one that uses
+# pkg-config; a version the package does not satisfy must fail.
+test-install: $(LIB)
+	MAKE=$(MAKE) bash tests/install/test_install.sh
+
+# The scripts under tools/ (deps.sh, skips.sh, configure.sh).
+test-tools:
+	bash tests/tools/test_tools.sh
 
 clean:
 	rm -rf $(BUILD)
