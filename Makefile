@@ -321,7 +321,7 @@ test-install: $(LIB)
 	MAKE=$(MAKE) bash tests/install/test_install.sh
 
 # The scripts under tools/ (deps.sh, skips.sh, configure.sh).
-test-tools:
+test-tools: $(VENV_TEST)/.stamp
 	bash tests/tools/test_tools.sh
 
 clean:

@@ -120,6 +120,7 @@ __all__ = [
     "NameInUse",
     "VersionMismatch",
     "get_include",
+    "get_cmake_dir",
 ]
 
 
@@ -137,7 +138,21 @@ def __getattr__(name: str) -> Any:
 
 
 def get_include() -> str:
-    """The directory holding the tent.h this package was built with."""
+    """The directory holding the tent.h and tent.hpp this package was built with."""
     import os
 
     return os.path.join(os.path.dirname(os.path.abspath(__file__)), "include")
+
+
+def get_cmake_dir() -> str:
+    """The directory of the CMake package bundled with this wheel
+    (tentConfig.cmake: the imported target ``tent::tent`` over the bundled
+    libtent.so and headers). Hand it to CMake::
+
+        cmake -DCMAKE_PREFIX_PATH="$(python -c 'import tent; print(tent.get_cmake_dir())')" ...
+
+    and ``find_package(tent 0.1 REQUIRED)`` finds it.
+    """
+    import os
+
+    return os.path.join(os.path.dirname(os.path.abspath(__file__)), "share", "cmake", "tent")

@@ -14,6 +14,9 @@ import pytest
 
 import tent
 
+# Skipped tests are recorded for make test's summary (skiplog.py).
+pytest_plugins = ["skiplog"]
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 SOURCE_DIR = os.environ.get("TENT_SOURCE_DIR") or os.path.normpath(os.path.join(HERE, "..", ".."))
 
