@@ -220,7 +220,7 @@ test-fork: $(LIB)
 # make wheel        dist/tent-<version>-py3-none-<platform>.whl, bundling
 #                   build/libtent.so (platform tag: python/tools/wheel_tag.py)
 # make test-python  installs that wheel into a fresh venv (build/venv-test,
-#                   with numpy and pytest) and runs tests/python against it
+#                   with numpy, pytest and matplotlib) and runs tests/python against it
 
 PY_VERSION   = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' python/tent/_version.py)
 WHEEL_GLOB   = dist/tent-$(PY_VERSION)-py3-none-*.whl
@@ -237,7 +237,7 @@ $(VENV_BUILD)/.stamp:
 $(VENV_TEST)/.stamp:
 	rm -rf $(VENV_TEST)
 	$(PYTHON) -m venv $(VENV_TEST)
-	$(VENV_TEST)/bin/python -m pip install -q numpy pytest
+	$(VENV_TEST)/bin/python -m pip install -q numpy pytest matplotlib  # matplotlib: tent-bench --plot
 	touch $@
 
 # The wheel carries the CMake package too, at tent/share/cmake/tent
