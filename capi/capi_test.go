@@ -320,6 +320,15 @@ func TestStatsJSONAndTopology(t *testing.T) {
 	require.EqualValues(t, table.Len(), got.ProcessHandles)
 	require.Contains(t, got.Transports, "fake")
 	require.EqualValues(t, 1, got.Transports["fake"]["regions"])
+	var raw struct {
+		Listeners map[string]map[string]any `json:"listeners"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js), &raw))
+	require.Contains(t, raw.Listeners, "engine")
+	for _, k := range []string{"accepted", "accept_errors", "last_accept_error", "unauthenticated", "authenticated",
+		"handshake_failures", "handshake_timeouts", "evicted", "peer_rejected"} {
+		require.Contains(t, raw.Listeners["engine"], k)
+	}
 
 	_, need, r := cStatsJSON(e, 0)
 	requireFail(t, status.BufferTooSmall, r)

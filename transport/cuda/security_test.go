@@ -117,6 +117,7 @@ func TestOtherUserRefused(t *testing.T) {
 	require.Equal(t, strconv.Itoa(int(status.OK)), run(), "the same user passes")
 	require.NotEqual(t, strconv.Itoa(int(status.OK)),
 		run(setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"), "another user does not")
+	require.EqualValues(t, 1, e.Stats().Listeners["cuda"].PeerRejected, "refused at accept")
 	require.Zero(t, tr.Stats()["exports_total"])
 	require.NoError(t, e.Close())
 	f.AssertClean(t)

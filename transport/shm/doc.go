@@ -18,6 +18,9 @@
 // also checks that the server answers with the segment's name. The pid
 // process_vm targets comes from SO_PEERCRED on that connection: the
 // kernel's answer in this process's pid namespace, not the descriptor's.
+// The listener runs the engine's accept loop (internal/acceptloop): it
+// retries after transient accept errors and bounds the connections still
+// in their handshake (Options.MaxUnauthenticated, HandshakeTimeout).
 //
 // # Frames
 //

@@ -1,0 +1,37 @@
+//go:build linux
+
+package shm
+
+import (
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/core"
+)
+
+// The shm listener runs the engine's accept loop: its counts are in the
+// engine's stats while it is installed, and a connection that does not
+// finish its handshake closes at the engine's HandshakeTimeout.
+func TestListenerClosesIdleConnection(t *testing.T) {
+	e, tr := newEngine(t, core.Options{HandshakeTimeout: 100 * time.Millisecond})
+	require.Contains(t, e.Stats().Listeners, "shm")
+
+	c, err := net.Dial("unix", tr.addr)
+	require.NoError(t, err)
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(30 * time.Second)) // a bound for a broken loop, not the wait
+	_, err = c.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF)
+	s := e.Stats().Listeners["shm"]
+	require.EqualValues(t, 1, s.Accepted)
+	require.EqualValues(t, 1, s.HandshakeTimeouts)
+	require.Zero(t, s.Unauthenticated)
+
+	require.NoError(t, e.Uninstall("shm"))
+	require.NotContains(t, e.Stats().Listeners, "shm")
+	require.Contains(t, e.Stats().Listeners, "engine")
+}
