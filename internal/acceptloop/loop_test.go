@@ -1,8 +1,10 @@
 package acceptloop
 
 import (
+	"bytes"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -333,4 +335,112 @@ func TestConfigDefaults(t *testing.T) {
 	require.NotNil(t, c.Logger)
 	c = Config{MinBackoff: 2 * time.Second}.withDefaults()
 	require.Equal(t, 2*time.Second, c.MaxBackoff, "the cap is never below the start")
+}
+
+func TestAcceptErrorsAreLogged(t *testing.T) {
+	var buf syncBuffer
+	ln := newFakeListener()
+	l, got, served := startLoop(t, ln, Config{Name: "test", Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+	l.pause = func(time.Duration) bool { return true }
+	serve(l, got, served)
+	ln.results <- acceptResult{err: emfile()}
+	ln.feedConn(t) // the loop is past the error once it admits this
+	(<-got).p.Done(true)
+	require.NoError(t, l.Close())
+	<-served
+	out := buf.String()
+	require.Contains(t, out, "accept failed")
+	require.Contains(t, out, "listener=test")
+	require.Contains(t, out, "too many open files")
+}
+
+// syncBuffer is a bytes.Buffer safe for the loop's and the test's goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// Many clients at once over real TCP, finishing the handshake, failing it
+// or staying idle: the bound holds at every admission, and every accepted
+// connection ends up counted exactly once.
+func TestStressEveryConnectionCountedOnce(t *testing.T) {
+	const (
+		bound   = 4
+		clients = 300
+	)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	l := New(ln, Config{MaxUnauthenticated: bound, HandshakeTimeout: 50 * time.Millisecond})
+	var (
+		handlers sync.WaitGroup
+		mu       sync.Mutex
+		overs    []int
+	)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		l.Serve(func(c net.Conn, p *Pending) {
+			if n := l.Stats().Unauthenticated; n > bound {
+				mu.Lock()
+				overs = append(overs, n)
+				mu.Unlock()
+			}
+			handlers.Add(1)
+			go func() { // the "handshake": one byte, 1 means ok
+				defer handlers.Done()
+				defer c.Close()
+				b := make([]byte, 1)
+				_, err := io.ReadFull(c, b)
+				p.Done(err == nil && b[0] == 1)
+				if err == nil && b[0] == 1 {
+					_, _ = c.Write([]byte{1})
+				}
+			}()
+		})
+	}()
+
+	var wg sync.WaitGroup
+	for i := 0; i < clients; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer c.Close()
+			switch i % 3 {
+			case 0: // a client: handshake, then wait for the answer or the eviction
+				_, _ = c.Write([]byte{1})
+			case 1: // a bad handshake
+				_, _ = c.Write([]byte{0})
+			}
+			_, _ = c.Read(make([]byte, 1)) // case 2 idles until evicted or timed out
+		}()
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool { return l.Stats().Accepted == clients }, 10*time.Second, time.Millisecond)
+	require.NoError(t, l.Close())
+	<-served
+	handlers.Wait()
+
+	s := l.Stats()
+	require.Empty(t, overs, "unauthenticated connections past the bound")
+	require.Zero(t, s.Unauthenticated)
+	require.EqualValues(t, clients, s.Authenticated+s.HandshakeFailures+s.HandshakeTimeouts+s.Evicted,
+		"every connection counted once: %+v", s)
+	t.Logf("%+v", s)
 }
