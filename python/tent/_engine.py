@@ -267,8 +267,10 @@ class Engine(_Managed):
 
     def stats(self) -> Dict[str, Any]:
         """tent_engine_stats and tent_engine_stats_json as one dict: the
-        engine's counts (regions, handles, batches, allocations, ...) and
-        ``transports``: each installed transport's resource counts."""
+        engine's counts (regions, handles, batches, allocations, ...),
+        ``transports``: each installed transport's resource counts, and
+        ``listeners``: each listener's accept-loop counts (accept errors,
+        handshake timeouts, evictions, ...)."""
         h = self._h()
         dll = _lib.lib()
         s = _lib.Stats(size=sizeof(_lib.Stats))
