@@ -66,6 +66,8 @@ func (r *report) handle(e event) {
 		if e.Output != "PASS\n" && !strings.HasPrefix(e.Output, "=== ") {
 			fmt.Fprint(r.out, e.Output)
 		}
+	case e.Test == "" && e.Action == "skip":
+		// A package with no test files: nothing was skipped.
 	case e.Test == "" && e.Action == "fail":
 		r.failed = true
 		r.flushPackage(e.Package) // e.g. the output of a test that hung until the timeout

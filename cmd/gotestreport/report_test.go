@@ -17,10 +17,20 @@ import (
 // really writes, not on hand-made lines.
 func goTestJSON(t *testing.T, testFile string) []byte {
 	t.Helper()
+	return goTestJSONFiles(t, map[string]string{"sample_test.go": testFile})
+}
+
+// goTestJSONFiles is goTestJSON for a module of several files (name ->
+// content; a name with a slash is in a subpackage), testing ./...
+func goTestJSONFiles(t *testing.T, files map[string]string) []byte {
+	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module sample\n\ngo 1.21\n"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "sample_test.go"), []byte(testFile), 0o644))
-	cmd := exec.Command("go", "test", "-json", "-count=1", ".")
+	for name, content := range files {
+		require.NoError(t, os.MkdirAll(filepath.Dir(filepath.Join(dir, name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644))
+	}
+	cmd := exec.Command("go", "test", "-json", "-count=1", "./...")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=")
 	out, _ := cmd.Output() // fails when a test fails; the events say why
@@ -76,6 +86,21 @@ func TestPasses(t *testing.T) { t.Log("quiet") }
 	assert.False(t, r.Failed())
 	assert.Empty(t, r.Skips())
 	assert.True(t, strings.HasPrefix(out.String(), "ok  \tsample\t"), "got %q", out.String())
+}
+
+func TestReportPackageWithoutTestsIsNotASkip(t *testing.T) {
+	events := goTestJSONFiles(t, map[string]string{
+		"sample_test.go": "package sample\n\nimport \"testing\"\n\nfunc TestPasses(t *testing.T) {}\n",
+		"notests/lib.go": "package notests\n\nfunc F() int { return 1 }\n",
+	})
+	require.Contains(t, string(events), `"Package":"sample/notests"`, "go test did not list the package without tests")
+	var out bytes.Buffer
+	r := newReport(&out)
+	require.NoError(t, r.Read(bytes.NewReader(events)))
+
+	assert.False(t, r.Failed())
+	assert.Empty(t, r.Skips(), "a package without test files skipped nothing")
+	assert.Contains(t, out.String(), "sample/notests\t[no test files]")
 }
 
 func TestReportBuildFailure(t *testing.T) {
