@@ -14,6 +14,9 @@ A thin ctypes layer over ``libtent.so`` (bundled in this package; see
             with engine.transfer(reqs) as batch:                  # 128 requests, one call
                 batch.wait()
 
+numpy is optional (``pip install 'tent[numpy]'``): ``make_requests``, the
+dtypes and the numpy views need it and say so when it is missing.
+
 Importing tent does not load the library; the first call that needs it
 does (so importing tent and then forking workers is safe). In a child
 forked after the library was loaded, every call raises ``tent.ForkError``:

@@ -19,10 +19,11 @@ ints where numpy has no exact type.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import operator
 import sys
-from typing import Any, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from ._errors import InvalidArgument
 
@@ -78,6 +79,33 @@ def bounded(value: Any, what: str, lo: int, hi: int) -> int:
     if not lo <= v <= hi:
         raise InvalidArgument(f"{what} must be in {lo}..{hi}, not {v}")
     return v
+
+
+_BITS = {ctypes.c_uint32: 32, ctypes.c_uint64: 64, ctypes.c_void_p: 64}
+
+
+def struct_values(fields: Any, args: Any, kwargs: Any, what: str) -> Tuple[List[Any], Dict[str, Any]]:
+    """Constructor values of a ctypes Structure of unsigned integer and
+    pointer fields, checked (each an integer, or None for a NULL pointer,
+    within its type) and returned as Python ints, which ctypes stores
+    exactly (it refuses numpy integers in pointer fields)."""
+    names = [name for name, _ in fields]
+    types = dict(fields)
+    if len(args) > len(names):
+        raise TypeError(f"{what} takes at most {len(names)} values, not {len(args)}")
+
+    def one(name: str, value: Any) -> Any:
+        ctype = types.get(name)
+        if ctype is None:
+            raise TypeError(f"{what} has no field {name!r}")
+        if value is None and ctype is ctypes.c_void_p:
+            return None
+        v = integer(value, f"{what}.{name}")
+        if not 0 <= v < 1 << _BITS[ctype]:
+            raise InvalidArgument(f"{what}.{name} {v} is outside 0..2**{_BITS[ctype]}-1")
+        return v
+
+    return [one(n, v) for n, v in zip(names, args)], {n: one(n, v) for n, v in kwargs.items()}
 
 
 def span(addr: int, length: int, what: str) -> None:

@@ -143,7 +143,11 @@ class Stats(ctypes.Structure):
 
 
 class Request(ctypes.Structure):
-    """tent_request (``tent.request_dtype`` is the same layout for numpy)."""
+    """tent_request (``tent.request_dtype`` is the same layout for numpy).
+
+    The constructor checks its values (ctypes alone would store 2**64 + x
+    as x): integers only, each within its C type. Fields assigned one by
+    one afterwards are stored the way C stores them."""
 
     _fields_ = [
         ("opcode", c_uint32),
@@ -153,6 +157,15 @@ class Request(ctypes.Structure):
         ("remote_addr", c_uint64),
         ("length", c_uint64),
     ]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        if args or kwargs:
+            from ._check import struct_values
+
+            values, named = struct_values(self._fields_, args, kwargs, "tent.Request")
+            super().__init__(*values, **named)
+        else:
+            super().__init__()
 
 
 class TransferOptions(ctypes.Structure):

@@ -577,3 +577,29 @@ with tent.Engine() as e:
     p = run_python(code)
     assert p.returncode == 0, p.stdout + p.stderr
     assert p.stdout.split("\n")[:2] == ["source failed cleanly", "target failed cleanly"]
+
+
+@pytest.mark.parametrize(
+    "args, kwargs, exc",
+    [
+        ((tent.WRITE, 0, 0x1000, 1, U64, 16), {}, tent.InvalidArgument),  # would be remote_addr 0
+        ((tent.WRITE, 0, U64 + 0x1000, 1, 0x2000, 16), {}, tent.InvalidArgument),
+        ((tent.WRITE, 0, 0x1000, 1, 0x2000, -1), {}, tent.InvalidArgument),
+        ((1 << 32,), {}, tent.InvalidArgument),
+        ((tent.WRITE, 0, 0x1000, 1, 8192.0, 16), {}, TypeError),
+        ((), {"length": 16.0}, TypeError),
+        ((), {"remote_addr": "0x1000"}, TypeError),
+        ((), {"no_such_field": 1}, TypeError),
+        ((1, 0, 1, 1, 1, 1, 1), {}, TypeError),
+    ],
+    ids=["remote 2**64", "local 2**64 + x", "length -1", "opcode 2**32", "remote float", "length float",
+         "remote str", "unknown field", "too many values"],
+)
+def test_request_struct_constructor_checks_values(args, kwargs, exc):
+    with pytest.raises(exc):
+        tent.Request(*args, **kwargs)
+
+
+def test_request_struct_constructor_takes_integers_of_any_kind():
+    r = tent.Request(np.uint32(tent.WRITE), 0, np.uint64(U64 - 1), None, U64 - 1, length=np.int64(16))
+    assert (r.opcode, r.local_addr, r.segment, r.remote_addr, r.length) == (tent.WRITE, U64 - 1, None, U64 - 1, 16)
