@@ -102,6 +102,23 @@ def test_wrong_secret_is_refused_across_processes():
         p.close()
 
 
+def wait_until_stopped(pid, timeout=10):
+    """Until /proc says every thread of pid is stopped (state T)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        states = set()
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    states.add(f.read().rsplit(")", 1)[1].split()[0])
+            except FileNotFoundError:  # a thread that just exited
+                pass
+        if states == {"T"}:
+            return
+        assert time.monotonic() < deadline, f"pid {pid} did not stop: thread states {states}"
+        time.sleep(0.01)
+
+
 def test_deadlines_with_a_stopped_peer():
     """Nothing waits forever: a peer that stops answering times out."""
     p = Peer(1 << 20)
@@ -114,6 +131,7 @@ def test_deadlines_with_a_stopped_peer():
                 # from its mapping without it, stopped or not)
                 e.write(r, seg, p.addr, transport="tcp")  # warm: connections are up
                 os.kill(p.proc.pid, signal.SIGSTOP)
+                wait_until_stopped(p.proc.pid)  # kill() returns before the peer stops
                 try:
                     reqs = tent.make_requests("read", r, seg, p.addr, local_offsets=[0], lengths=1 << 20)
                     t0 = time.monotonic()
