@@ -110,6 +110,17 @@ func TestMalformedP2PNamesAreInvalid(t *testing.T) {
 	}
 }
 
+// An engine of this process is opened by its own name even when that is
+// no address (the name check applies to names something must dial).
+func TestP2PEngineWithACustomNameOpensItself(t *testing.T) {
+	e := newLocalEngine(t, core.Options{Name: "custom name, no port", DefaultTimeout: 2 * time.Second})
+	s, err := e.OpenSegment("custom name, no port")
+	require.NoError(t, err)
+	require.NoError(t, e.CloseSegment(s))
+	_, err = e.OpenSegment("another name, no port")
+	require.Equal(t, status.InvalidArgument, status.CodeOf(err), "%v", err)
+}
+
 // Engines of one process are held to the same secret rule as processes.
 func TestInProcessPeersNeedTheSecret(t *testing.T) {
 	locked := newLocalEngine(t, core.Options{Secret: []byte("k")})

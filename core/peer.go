@@ -308,9 +308,10 @@ func (e *Engine) OpenSegment(name string) (*Segment, error) {
 		e.mu.Unlock()
 		return nil, status.Errorf(status.Closed, "engine is closed")
 	}
-	if e.dir == nil {
+	if e.dir == nil && lookupLocal(name) == nil {
 		// Without a directory a name is an address: check it whole before
-		// anything dials it.
+		// anything dials it. An engine of this process is found by its
+		// own name, whatever that is (resolve reaches it directly).
 		if err := netaddr.CheckDial(name); err != nil {
 			e.mu.Unlock()
 			return nil, status.Errorf(status.InvalidArgument,

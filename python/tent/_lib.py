@@ -69,6 +69,7 @@ TENT_STATUS_RETRIED = 0x1
 TENT_STATUS_STAGED = 0x2
 
 TENT_MAX_NAME_LEN = 1024
+TENT_MAX_STRING_LEN = 4096
 
 # Every #define of tent.h that is a plain integer, by name (the header test
 # compares this with the header; macros with arguments and the *_INIT

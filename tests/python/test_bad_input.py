@@ -48,7 +48,9 @@ def setup(engine):
         ({"tcp_streams": 100000}, tent.InvalidArgument),
         ({"secret": b""}, tent.InvalidArgument),
         ({"secret": b"x" * 5000}, tent.InvalidArgument),
-        ({"listen_addr": "not an address"}, tent.TransportError),
+        ({"listen_addr": "not an address"}, tent.InvalidArgument),
+        ({"listen_addr": "127.0.0.1:99999"}, tent.InvalidArgument),
+        ({"listen_addr": "127.0.0.1:12ab"}, tent.InvalidArgument),
     ],
 )
 def test_engine_options(kwargs, exc):
