@@ -120,10 +120,12 @@ def test_plot_without_matplotlib_refused_when_replaying(tmp_path):
 
 def test_plot_with_matplotlib_draws(tmp_path):
     pytest.importorskip("matplotlib")
-    src = tmp_path / "old.jsonl"
-    src.write_text('{"type": "point", "transport": "shm", "mem": "alloc", "op": "WRITE", "block_size": 4096, '
-                   '"batch": 128, "threads": 1, "gbps": 1.0, "batch_us": {"p99": 10.0}}\n')
-    png = tmp_path / "x.png"
+    src, png = tmp_path / "sweep.jsonl", tmp_path / "sweep.png"
+    p = run(["bench", "--transport", "local", "--block-size", "4K,64K", "--batch", "4", "--duration", "0.05",
+             "--no-limits", "--no-progress", "--json", str(src), "--plot", str(png)], timeout=120, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert png.stat().st_size > 1000
+    png.unlink()
     p = run(["bench", "--from-json", str(src), "--plot", str(png)], timeout=120, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     assert png.stat().st_size > 1000
