@@ -45,7 +45,7 @@ def numpy(feature: str) -> Any:
     return np
 
 
-def _is_bool(value: Any) -> bool:
+def is_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return True
     np = sys.modules.get("numpy")
@@ -57,7 +57,7 @@ def integer(value: Any, what: str) -> int:
     strings and the rest are a TypeError (never truncated)."""
     if type(value) is int:
         return value
-    if not _is_bool(value):
+    if not is_bool(value):
         try:
             return operator.index(value)
         except TypeError:
@@ -116,7 +116,7 @@ def span(addr: int, length: int, what: str) -> None:
 
 def flag(value: Any, what: str) -> bool:
     """A bool (or numpy bool): ``remote_write="no"`` must not mean True."""
-    if not _is_bool(value):
+    if not is_bool(value):
         raise TypeError(f"{what} must be a bool, not {type(value).__name__}")
     return bool(value)
 
@@ -167,7 +167,7 @@ def millis(seconds: Any, what: str, *, zero_is_default: bool, inf_ok: bool = Fal
         return 0 if zero_is_default else -1
     np = sys.modules.get("numpy")
     numeric = isinstance(seconds, (int, float)) or (np is not None and isinstance(seconds, (np.integer, np.floating)))
-    if _is_bool(seconds) or not numeric:
+    if is_bool(seconds) or not numeric:
         raise TypeError(f"{what} must be a number of seconds or None, not {type(seconds).__name__}")
     try:
         s = float(seconds)

@@ -67,7 +67,7 @@ _OPS = {"read": READ, "write": WRITE, READ: READ, WRITE: WRITE}
 
 def opcode(op: Union[str, int]) -> int:
     """"read"/"write" or tent.READ/tent.WRITE -> the opcode."""
-    if isinstance(op, bool):  # True == 1 == WRITE, but not by intent
+    if _check.is_bool(op):  # True == 1 == WRITE, but not by intent
         raise TypeError("op must be 'read', 'write', tent.READ or tent.WRITE, not a bool")
     try:
         return _OPS[op.lower() if isinstance(op, str) else op]

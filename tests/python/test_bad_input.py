@@ -311,6 +311,7 @@ def _requests_cases():
         ("local float", lambda rs, rd, seg: ("write", float(rs.addr), seg, rd.addr, 16), TypeError),
         ("segment float", lambda rs, rd, seg: ("write", rs, float(seg.handle), rd.addr, 16), TypeError),
         ("op bool", lambda rs, rd, seg: (True, rs, seg, rd.addr, 16), TypeError),
+        ("op numpy bool", lambda rs, rd, seg: (np.True_, rs, seg, rd.addr, 16), TypeError),
     ]
 
 
@@ -367,6 +368,8 @@ def _make_requests_cases():
         ("remote float", {"remote": lambda rs, rd: float(rd.addr)}, TypeError),
         ("remote bool", {"remote": True}, TypeError),
         ("segment handle 2**64", {"segment": U64}, tent.InvalidArgument),
+        ("op bool", {"op": True}, TypeError),
+        ("op numpy bool", {"op": np.True_}, TypeError),
     ]
 
 
