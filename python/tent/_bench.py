@@ -66,7 +66,7 @@ import time
 import zlib
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 
-from ._units import human, parse_size
+from ._units import human, parse_seconds, parse_size
 
 PROTO = "tb1"
 MEM_KINDS = ("alloc", "register")
@@ -935,7 +935,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="both (default): spawn the target on this machine; initiator: --target NAME; target: serve")
     g.add_argument("--target", help="initiator: the target's segment name (host:port, printed by --role target)")
     g.add_argument("--listen", help="target: listen address (default 127.0.0.1:0; 0.0.0.0:PORT for other hosts)")
-    g.add_argument("--idle-seconds", type=float, default=0, help="target: exit after this long without messages")
+    g.add_argument("--idle-seconds", type=parse_seconds, default=0, help="target: exit after this long without messages")
     g.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)
     s = p.add_argument_group("sweep (comma-separated lists; every combination runs)")
     s.add_argument("--transport", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
@@ -949,12 +949,12 @@ def add_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--batch", type=parse_ints, default=[128], help="requests per batch (128)")
     s.add_argument("--threads", type=parse_ints, default=[1], help="initiator threads, each with its own batches (1)")
     r = p.add_argument_group("each point")
-    r.add_argument("--duration", type=float, default=2.0, help="seconds per point (2); at least one batch")
+    r.add_argument("--duration", type=parse_seconds, default=2.0, help="seconds per point (2); at least one batch")
     r.add_argument("--bytes", type=parse_size, default=0, help="byte budget per point (stops at whichever comes first)")
     r.add_argument("--span", type=parse_size, default=256 << 20,
                    help="memory per side the requests wrap around in (256M)")
     r.add_argument("--check", action="store_true", help="verify the data with CRC-32 after each point")
-    r.add_argument("--timeout", type=float, default=120.0, help="batch deadline in seconds (120)")
+    r.add_argument("--timeout", type=parse_seconds, default=120.0, help="batch deadline in seconds (120)")
     r.add_argument("--streams", type=int, default=0, help="TCP connections per peer (default: the library's)")
     o = p.add_argument_group("output")
     o.add_argument("--json", metavar="FILE", nargs="?", const="-",
@@ -963,8 +963,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     o.add_argument("--progress", action="store_true", default=None, help="progress bar on stderr (default: if a TTY)")
     o.add_argument("--no-progress", dest="progress", action="store_false")
     o.add_argument("--no-limits", dest="limits", action="store_false", help="skip the memcpy and iperf3 limits")
-    o.add_argument("--iperf3-seconds", type=float, default=3.0, help="length of each iperf3 run, whole seconds (3)")
-    o.add_argument("--memcpy-seconds", type=float, default=0.3, help="length of each memcpy measurement (0.3)")
+    o.add_argument("--iperf3-seconds", type=parse_seconds, default=3.0, help="length of each iperf3 run, whole seconds (3)")
+    o.add_argument("--memcpy-seconds", type=parse_seconds, default=0.3, help="length of each memcpy measurement (0.3)")
     o.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                    help="show the full traceback of an error (also TENT_DEBUG=1)")
     o.add_argument("--from-json", metavar="FILE",

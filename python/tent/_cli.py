@@ -30,7 +30,7 @@ from . import _engine as eng
 from . import _lib
 from ._errors import TentError
 from ._requests import READ, WRITE
-from ._units import human, parse_size
+from ._units import human, parse_seconds, parse_size
 
 # ---- the peer process ---------------------------------------------------------
 
@@ -300,7 +300,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--block-size", type=parse_size, default=parse_size("1M"), help="bytes per request (1M)")
     d.add_argument("--iters", type=int, default=3, help="timed repetitions; the best is shown (3)")
     d.add_argument("--transports", help="comma-separated (default: every available one but cuda)")
-    d.add_argument("--timeout", type=float, default=30.0, help="request deadline in seconds (30)")
+    d.add_argument("--timeout", type=parse_seconds, default=30.0, help="request deadline in seconds (30)")
     d.add_argument("--json", action="store_true", help="print the rows as JSON")
     from . import _bench
 
@@ -311,7 +311,7 @@ def parser() -> argparse.ArgumentParser:
     peer = sub.add_parser("peer")
     peer.add_argument("--size", type=int, required=True)
     peer.add_argument("--transports")
-    peer.add_argument("--timeout", type=float, default=30.0)
+    peer.add_argument("--timeout", type=parse_seconds, default=30.0)
     return p
 
 

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 
 _UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mb": 1 << 20, "mib": 1 << 20,
           "g": 1 << 30, "gb": 1 << 30, "gib": 1 << 30}
@@ -18,10 +19,22 @@ def parse_size(text: str) -> int:
         raise argparse.ArgumentTypeError(f"bad size {text!r}")
     try:
         value = int(float(num) * _UNITS[unit])
-    except ValueError:
+    except (ValueError, OverflowError):  # "nan", "inf"
         raise argparse.ArgumentTypeError(f"bad size {text!r}") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"size must be positive: {text!r}")
+    return value
+
+
+def parse_seconds(text: str) -> float:
+    """A finite, non-negative number of seconds (argparse type): "nan" or
+    "inf" would make a loop run forever or a deadline meaningless."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"bad number of seconds {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"seconds must be finite and >= 0: {text!r}")
     return value
 
 

@@ -52,10 +52,10 @@ def test_help_lists_the_commands_and_nothing_internal():
         (["topology"], MISSING_LIBRARY),
         (["demo", "--size", "64K"], MISSING_LIBRARY),
         (["bench", "--transport", "local", "--no-limits", "--duration", "0.01"], MISSING_LIBRARY),
-        (["bench", "--transport", "local", "--no-limits", "--timeout", "-1"], {}),  # tent.InvalidArgument
-        (["demo", "--timeout", "nan"], {}),
+        (["bench", "--transport", "local", "--no-limits", "--streams", "-1"], {}),  # tent.InvalidArgument
+        (["bench", "--role", "target", "--listen", "127.0.0.1:99999"], {}),  # from the library
     ],
-    ids=["version", "topology", "demo", "bench", "bench-bad-timeout", "demo-bad-timeout"],
+    ids=["version", "topology", "demo", "bench", "bench-bad-streams", "bench-bad-listen-address"],
 )
 def test_a_tent_error_is_one_line_and_exit_status_3(args, env):
     p = run(args, env)
@@ -65,8 +65,10 @@ def test_a_tent_error_is_one_line_and_exit_status_3(args, env):
     assert lines[0].startswith("python -m tent: error: ") and "Traceback" not in p.stderr
     if env:
         assert "LibraryError: cannot load libtent from /nonexistent/libtent.so" in lines[0]
+    elif "--listen" in args:
+        assert "InvalidArgument: listen address" in lines[0]
     else:
-        assert "InvalidArgument: timeout must be >= 0 seconds" in lines[0]
+        assert "InvalidArgument: tcp_streams must be in 1.." in lines[0]
 
 
 @pytest.mark.parametrize(
@@ -80,6 +82,15 @@ def test_debug_shows_the_traceback(args, env):
     assert p.returncode == 1, p.stderr  # an uncaught exception
     assert p.stderr.startswith("Traceback (most recent call last):")
     assert p.stderr.strip().splitlines()[-1].startswith("tent.LibraryError: cannot load libtent")
+
+
+@pytest.mark.parametrize("args", [["demo", "--timeout", "nan"], ["demo", "--timeout", "inf"], ["demo", "--size", "inf"],
+                                  ["bench", "--duration", "nan"], ["bench", "--duration", "-1"],
+                                  ["bench", "--idle-seconds", "inf"], ["bench", "--memcpy-seconds", "x"]],
+                         ids=lambda a: " ".join(a))
+def test_bad_numbers_are_usage_errors(args):
+    p = run(args)
+    assert p.returncode == 2 and "error: argument" in p.stderr and "Traceback" not in p.stderr, p.stderr
 
 
 def test_tent_debug_0_is_off():
