@@ -147,6 +147,7 @@ func (e *Engine) pushChange() {
 
 // link is the initiator's control connection to one peer.
 type link struct {
+	addr   string
 	conn   net.Conn
 	onPush func(incarnation, generation uint64)
 	wmu    sync.Mutex
@@ -166,9 +167,11 @@ type ctlReply struct {
 func (e *Engine) dialLink(addr string, deadline time.Time, onPush func(uint64, uint64)) (*link, error) {
 	c, err := e.Dial(addr, KindControl, deadline)
 	if err != nil {
+		e.log.Debug("control link dial failed", "addr", addr, "err", err)
 		return nil, err
 	}
-	l := &link{conn: c, onPush: onPush, pending: map[uint64]chan ctlReply{}, done: make(chan struct{})}
+	e.log.Debug("control link up", "addr", addr)
+	l := &link{addr: addr, conn: c, onPush: onPush, pending: map[uint64]chan ctlReply{}, done: make(chan struct{})}
 	if !e.trackLink(l) {
 		c.Close()
 		return nil, status.Errorf(status.Closed, "engine is closed")
@@ -184,6 +187,10 @@ func (l *link) readLoop(e *Engine) {
 		typ, payload, err := wire.ReadFrame(l.conn, maxCtlFrame, nil)
 		if err != nil {
 			l.fail(status.Errorf(status.TransportError, "control connection lost: %w", err))
+			l.mu.Lock()
+			why := l.err // the first failure: "engine closed" when closed on purpose
+			l.mu.Unlock()
+			e.log.Debug("control link down", "addr", l.addr, "reason", why)
 			return
 		}
 		d := wire.NewDecoder(payload)

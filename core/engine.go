@@ -3,6 +3,7 @@ package core
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ type Options struct {
 	// HandshakeTimeout bounds how long an accepted connection may take to
 	// finish its handshake. Default 10 s.
 	HandshakeTimeout time.Duration
+	// Logger receives the engine's and its transports' log lines; nil
+	// discards them. Nothing is logged per request at Info or above.
+	Logger *slog.Logger
 }
 
 const (
@@ -75,6 +79,9 @@ func (o *Options) withDefaults() Options {
 	if c.Transports == nil {
 		c.Transports = AvailableTransports()
 	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
 	return c
 }
 
@@ -88,6 +95,7 @@ type Engine struct {
 	srv         *server
 	dir         Directory
 	notes       *notifyQueue
+	log         *slog.Logger // Options.Logger with the engine's name
 
 	mu          sync.Mutex
 	closed      bool
@@ -111,6 +119,8 @@ type Engine struct {
 	descMu    sync.Mutex
 	descGen   uint64
 	descCache *wire.SegmentDesc
+
+	unavailable map[string]string // transports that installed but cannot serve here: why
 
 	linkWG    sync.WaitGroup // control-link reader goroutines
 	descBytes []byte
@@ -142,6 +152,7 @@ func New(o Options) (*Engine, error) {
 	if e.name == "" {
 		e.name = srv.addr()
 	}
+	e.log = opts.Logger.With("engine", e.name)
 	srv.handle(KindControl, e.serveControl)
 	if err := e.installAll(); err != nil {
 		srv.close()
@@ -164,7 +175,17 @@ func New(o Options) (*Engine, error) {
 			return nil, err
 		}
 	}
+	e.log.Info("engine created", "listen", srv.addr(), "metadata", opts.Metadata,
+		"transports", transportNames(e.Transports()), "unavailable", e.Unavailable())
 	return e, nil
+}
+
+func transportNames(ts []Transport) []string {
+	out := make([]string, len(ts))
+	for i, t := range ts {
+		out[i] = t.Name()
+	}
+	return out
 }
 
 // checkListenAddr refuses to expose an engine beyond loopback by default
@@ -214,6 +235,12 @@ func (e *Engine) Incarnation() uint64 { return e.incarnation }
 // Options returns the engine's options with defaults filled in.
 func (e *Engine) Options() Options { return e.opts }
 
+// Logger is where the engine and its transports log (Options.Logger, with
+// the engine's name attached). Transports take it at Install. Per-request
+// lines belong at Debug, behind Enabled, so a disabled logger costs the
+// transfer path nothing.
+func (e *Engine) Logger() *slog.Logger { return e.log }
+
 // Install adds a transport to a running engine. Memory registered before is
 // not offered to it; install transports before registering.
 func (e *Engine) Install(t Transport) error {
@@ -245,15 +272,57 @@ func (e *Engine) Install(t Transport) error {
 		return status.Errorf(status.Closed, "engine closed during install")
 	}
 	if err == nil {
+		if why := unavailable(t); why != "" {
+			// Installed, but it could never serve a request here: it stays
+			// out of Transports and the descriptor, and Stats says why.
+			if e.unavailable == nil {
+				e.unavailable = map[string]string{}
+			}
+			e.unavailable[name] = why
+			e.mu.Unlock()
+			_ = safeCall(name+" uninstall", t.Uninstall)
+			e.log.Info("transport unavailable", "transport", name, "reason", why)
+			return nil
+		}
+		delete(e.unavailable, name)
 		e.transports = append(e.transports, &installed{t: t})
 		e.refreshMovers()
 		e.generation++ // the descriptor lists a new endpoint
 	}
 	e.mu.Unlock()
 	if err == nil {
+		e.log.Debug("transport installed", "transport", name)
 		e.notifyChange()
+	} else {
+		e.log.Warn("transport failed to install", "transport", name, "err", err)
 	}
 	return err
+}
+
+// unavailable asks a transport that implements Availability why it cannot
+// serve; "" means it can (and is what every other transport gets).
+func unavailable(t Transport) string {
+	a, ok := t.(Availability)
+	if !ok {
+		return ""
+	}
+	var why string
+	if err := safeCall(t.Name()+" availability", func() error { why = a.Unavailable(); return nil }); err != nil {
+		return err.Error()
+	}
+	return why
+}
+
+// Unavailable maps each transport that was asked for but cannot serve on
+// this machine (cuda without a driver or a GPU) to the reason.
+func (e *Engine) Unavailable() map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := make(map[string]string, len(e.unavailable))
+	for k, v := range e.unavailable {
+		out[k] = v
+	}
+	return out
 }
 
 // refreshMovers rebuilds the list the transfer path reads without the
@@ -310,18 +379,24 @@ func (e *Engine) Uninstall(name string) error {
 	e.mu.Unlock()
 	defer e.draining.Done()
 	e.notifyChange()
-	return uninstall(victims)
+	return e.uninstall(victims)
 }
 
-func uninstall(victims []*installed) error {
+func (e *Engine) uninstall(victims []*installed) error {
 	var first error
 	for i := len(victims) - 1; i >= 0; i-- {
 		in := victims[i]
 		if !in.gate.close() {
 			continue
 		}
-		if err := safeCall(in.t.Name()+" uninstall", in.t.Uninstall); err != nil && first == nil {
-			first = err
+		err := safeCall(in.t.Name()+" uninstall", in.t.Uninstall)
+		if err != nil {
+			e.log.Warn("transport uninstall failed", "transport", in.t.Name(), "err", err)
+			if first == nil {
+				first = err
+			}
+		} else {
+			e.log.Debug("transport uninstalled", "transport", in.t.Name())
 		}
 	}
 	return first
@@ -333,7 +408,7 @@ func (e *Engine) uninstallAll() {
 	e.transports = nil
 	e.refreshMovers()
 	e.mu.Unlock()
-	_ = uninstall(victims)
+	_ = e.uninstall(victims)
 }
 
 // Close uninstalls every transport (which completes the requests they
@@ -369,8 +444,9 @@ func (e *Engine) Close() error {
 	if e.dir != nil {
 		_ = e.dir.Close()
 	}
+	e.log.Debug("engine closing", "batches", len(batches), "regions", len(regions))
 	// Movers first: a batch becomes final only once they let go of it.
-	err := uninstall(victims)
+	err := e.uninstall(victims)
 	e.draining.Wait()
 	for _, b := range batches {
 		b.expire(status.Closed, "engine destroyed while the batch was in flight")
@@ -423,6 +499,11 @@ func (e *Engine) Close() error {
 		err = status.Errorf(status.Busy,
 			"engine closed, but %d region(s) were still used by transfers after %v; their allocations stay mapped",
 			len(busy), e.opts.UnregisterTimeout)
+	}
+	if err != nil {
+		e.log.Warn("engine closed with an error", "err", err)
+	} else {
+		e.log.Info("engine closed")
 	}
 	return err
 }
@@ -505,6 +586,8 @@ type Stats struct {
 	// installed transport with a listener of its own, what its accept loop
 	// has seen: accept errors, handshakes, evictions, timeouts.
 	Listeners map[string]ListenerStats
+	// Unavailable: transports asked for that cannot serve here, and why.
+	Unavailable map[string]string
 }
 
 // Stats returns the engine's current counts.
@@ -524,6 +607,10 @@ func (e *Engine) Stats() Stats {
 		Listeners:        map[string]ListenerStats{},
 	}
 	ts := e.transports
+	s.Unavailable = make(map[string]string, len(e.unavailable))
+	for k, v := range e.unavailable {
+		s.Unavailable[k] = v
+	}
 	e.mu.Unlock()
 	if ds, ok := e.dir.(DirectoryStats); ok {
 		s.Metadata = ds.Stats()

@@ -27,6 +27,14 @@ type Peer struct {
 	refreshing chan struct{} // non-nil while a refresh runs (single flight)
 	staleCount uint64        // invalidations so far; one during a refresh keeps it stale
 	epoch      atomic.Uint64 // bumps whenever the descriptor is replaced
+
+	lastRoute atomic.Pointer[routeChoice] // the last transport choice logged
+}
+
+// routeChoice is a transport chosen for a peer at an epoch: logged once.
+type routeChoice struct {
+	transport string
+	epoch     uint64
 }
 
 // Name is the segment name the peer was opened with.
@@ -117,9 +125,14 @@ func (p *Peer) descriptor(force bool, deadline time.Time) (*wire.SegmentDesc, er
 		d, err := p.e.resolve(p, deadline)
 		p.mu.Lock()
 		p.refreshing = nil
+		if err != nil {
+			p.e.log.Debug("resolving peer failed", "peer", p.name, "err", err)
+		}
 		if err == nil {
 			if p.desc == nil || p.desc.Incarnation != d.Incarnation || p.desc.Generation != d.Generation {
-				p.epoch.Add(1)
+				epoch := p.epoch.Add(1)
+				p.e.log.Debug("peer descriptor changed", "peer", p.name, "epoch", epoch,
+					"incarnation", d.Incarnation, "generation", d.Generation, "regions", len(d.Regions))
 			}
 			// An invalidation that arrived during the refresh may describe a
 			// change newer than what we fetched: keep the cache stale.
@@ -337,6 +350,7 @@ func (e *Engine) OpenSegment(name string) (*Segment, error) {
 	}
 	e.segments[s] = struct{}{}
 	e.mu.Unlock()
+	e.log.Debug("segment opened", "peer", name, "local", p.Local() != nil)
 	return s, nil
 }
 
@@ -374,6 +388,7 @@ func (e *Engine) CloseSegment(s *Segment) error {
 	delete(e.segments, s)
 	e.mu.Unlock()
 	e.dropPeerRef(s.peer)
+	e.log.Debug("segment closed", "peer", s.peer.name)
 	return nil
 }
 

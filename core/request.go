@@ -110,6 +110,8 @@ func (r *Request) Done(n uint64, err error) {
 	if err != nil && !r.pinned && r.attempts.Load() == 1 && status.CodeOf(err) == status.TransportError &&
 		r.status.Load() == int32(status.Pending) {
 		if next := r.batch.e.nextMover(r); next != nil {
+			r.batch.e.log.Debug("retrying request on the next transport", "peer", r.Peer.name,
+				"from", r.mover.Load().t.Name(), "to", next.t.Name(), "reason", err)
 			r.attempts.Add(1)
 			r.flags.Or(FlagRetried)
 			r.batch.e.dispatch(next, []*Request{r})

@@ -1,7 +1,9 @@
 package core
 
 import (
+	"context"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/tent-dev/tent/status"
@@ -73,6 +75,10 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 
 	b.mu.Lock()
 	b.timer = time.AfterFunc(timeout, func() {
+		if n := b.pending.Load(); n > 0 {
+			e.log.Info("batch deadline exceeded", "timeout", timeout, "requests", len(b.reqs), "pending", n,
+				"peer", b.reqs[0].Peer.name)
+		}
 		b.expire(status.Timeout, fmt.Sprintf("deadline of %v exceeded", timeout))
 	})
 	b.mu.Unlock()
@@ -175,12 +181,32 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 		for _, r := range g.reqs {
 			r.attempts.Store(1)
 		}
+		e.noteRoute(p, g.key, hint != nil)
 		e.dispatch(g.key, g.reqs)
 	}
 	if len(retry) > 0 {
 		p.invalidate()
 		go e.route(p, retry, hint, true)
 	}
+}
+
+// noteRoute logs, at Debug, the transport chosen for a peer once per
+// transport and epoch (a new descriptor or a restarted peer logs again),
+// never per request.
+func (e *Engine) noteRoute(p *Peer, m *installed, hinted bool) {
+	if !e.log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	c := routeChoice{transport: m.t.Name(), epoch: p.Epoch()}
+	if last := p.lastRoute.Load(); last != nil && *last == c {
+		return
+	}
+	p.lastRoute.Store(&c)
+	reason := "first eligible in preference order"
+	if hinted {
+		reason = "named by the caller"
+	}
+	e.log.Debug("transport chosen", "peer", p.name, "transport", c.transport, "epoch", c.epoch, "reason", reason)
 }
 
 // checkRemote finds the peer region holding r's remote range and checks the

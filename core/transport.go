@@ -30,6 +30,16 @@ type Transport interface {
 	Stats() map[string]int64
 }
 
+// Availability is implemented by a transport that installs on machines
+// where it can never serve (cuda without a driver or a GPU). Right after a
+// successful Install the engine asks; a non-empty reason uninstalls it
+// again, leaves it out of Transports and the descriptor, and shows in
+// Stats().Unavailable. Install succeeds either way: asking for a transport
+// this machine lacks is not an error.
+type Availability interface {
+	Unavailable() string
+}
+
 // Factory makes a transport for an engine being created.
 type Factory func() Transport
 
