@@ -164,7 +164,7 @@ test-multihost:
 
 # ---- C tests ---------------------------------------------------------------
 
-C_TESTS := $(BUILD)/tests/test_capi $(BUILD)/tests/test_transfer $(BUILD)/tests/test_fork $(BUILD)/tests/test_dlopen \
+C_TESTS := $(BUILD)/tests/test_capi $(BUILD)/tests/test_transfer $(BUILD)/tests/test_log $(BUILD)/tests/test_fork $(BUILD)/tests/test_dlopen \
            $(BUILD)/tests/header_check_c $(BUILD)/tests/header_check_cxx
 
 $(BUILD)/tests/%: tests/c/%.c tests/c/check.h tests/c/symbols.h $(HEADER) $(LIB)
@@ -192,6 +192,7 @@ test-c: $(C_TESTS) $(BUILD)/demo_register
 	./$(BUILD)/tests/test_dlopen $(LIB)
 	./$(BUILD)/tests/test_capi
 	./$(BUILD)/tests/test_transfer
+	./$(BUILD)/tests/test_log
 	./$(BUILD)/tests/test_fork
 	./$(BUILD)/demo_register >/dev/null
 

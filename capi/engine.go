@@ -56,6 +56,7 @@ func tentgo_engine_create(opts C.uintptr_t, out C.uintptr_t) (st C.tent_status) 
 	if err != nil {
 		return fail(err)
 	}
+	o.Logger = logs.Logger()
 	ce, err := core.New(o)
 	if err != nil {
 		return fail(err)
@@ -256,6 +257,9 @@ type engineStats struct {
 	// Listeners maps each listener ("engine", and the transports that run
 	// one) to its accept loop's counts.
 	Listeners map[string]core.ListenerStats `json:"listeners"`
+	// Unavailable maps each transport asked for that cannot serve on this
+	// machine to the reason; those are not in Transports.
+	Unavailable map[string]string `json:"unavailable"`
 }
 
 // stats gathers the engine's counts.
@@ -274,9 +278,13 @@ func (e *engine) stats() engineStats {
 		Transports:       cs.Transports,
 		Metadata:         cs.Metadata,
 		Listeners:        cs.Listeners,
+		Unavailable:      cs.Unavailable,
 	}
 	if s.Listeners == nil {
 		s.Listeners = map[string]core.ListenerStats{}
+	}
+	if s.Unavailable == nil {
+		s.Unavailable = map[string]string{}
 	}
 	if s.Transports == nil {
 		s.Transports = map[string]map[string]int64{}

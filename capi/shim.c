@@ -98,6 +98,27 @@ __attribute__((constructor)) static void tentshim_init(void) {
   err_key_ok = pthread_key_create(&err_key, free_err) == 0;
 }
 
+/* ---- Log callbacks ---------------------------------------------------- */
+
+/* Nonzero while this thread runs a tent_log_fn. Log lines are delivered one
+ * at a time under a lock, and most tent calls may log: a call from inside
+ * the callback would wait for that lock forever, so it fails instead. */
+static __thread int in_log_callback;
+
+static const char in_log_callback_msg[] =
+    "tent: called from inside a tent_log_fn callback; a log callback must not call tent "
+    "functions (except tent_log_get_level, tent_last_error and the plain lookups)";
+
+void tentshim_call_log(uintptr_t fn, int level, const char *msg, uintptr_t user) {
+  /* The line may be logged inside a tent call on this very thread: what
+   * the callback does to the last error (a BUSY) must not leak into it. */
+  const char *saved = err_msg;
+  in_log_callback++;
+  ((tent_log_fn)fn)(level, msg, (void *)user);
+  in_log_callback--;
+  err_msg = saved;
+}
+
 /* Every function that may enter Go starts with ENTER(). */
 #define ENTER()                                                  \
   do {                                                           \
@@ -105,6 +126,10 @@ __attribute__((constructor)) static void tentshim_init(void) {
     if (atomic_load_explicit(&forked, memory_order_relaxed)) {   \
       err_msg = forked_msg;                                      \
       return TENT_ERR_FORKED;                                    \
+    }                                                            \
+    if (in_log_callback) {                                       \
+      err_msg = in_log_callback_msg;                             \
+      return TENT_ERR_BUSY;                                      \
     }                                                            \
   } while (0)
 
@@ -175,6 +200,27 @@ const char *tent_transport_name(uint32_t transport) {
       return "cuda";
   }
   return "unknown";
+}
+
+/* ---- Logging ----------------------------------------------------------- */
+
+tent_status tent_log_set_level(int level) {
+  ENTER();
+  return tentgo_log_set_level(level);
+}
+
+int tent_log_get_level(void) {
+  /* Lock-free in Go, so safe inside a callback; a forked child logs
+   * nothing. */
+  if (atomic_load_explicit(&forked, memory_order_relaxed)) {
+    return TENT_LOG_OFF;
+  }
+  return tentgo_log_get_level();
+}
+
+tent_status tent_log_set_callback(tent_log_fn fn, void *user) {
+  ENTER();
+  return tentgo_log_set_callback((uintptr_t)fn, (uintptr_t)user);
 }
 
 /* ---- Engines ----------------------------------------------------------- */

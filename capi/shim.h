@@ -25,6 +25,12 @@ void tentshim_set_error(const char *msg, size_t len);
 /* 1 in a process forked after the library was loaded. */
 int tentshim_forked(void);
 
+/* Calls a tent_log_fn (fn and user as integers: Go never holds them as
+ * pointers), marking the thread as inside a log callback meanwhile, so that
+ * tent calls made by the callback return TENT_ERR_BUSY instead of waiting
+ * for the log lock the callback runs under. */
+void tentshim_call_log(uintptr_t fn, int level, const char *msg, uintptr_t user);
+
 #define TENTSHIM_MAX_ERROR (64 * 1024)
 
 #endif /* TENT_SHIM_H */

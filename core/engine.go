@@ -175,8 +175,11 @@ func New(o Options) (*Engine, error) {
 			return nil, err
 		}
 	}
-	e.log.Info("engine created", "listen", srv.addr(), "metadata", opts.Metadata,
-		"transports", transportNames(e.Transports()), "unavailable", e.Unavailable())
+	attrs := []any{"listen", srv.addr(), "metadata", opts.Metadata, "transports", transportNames(e.Transports())}
+	if un := e.Unavailable(); len(un) > 0 {
+		attrs = append(attrs, "unavailable", un)
+	}
+	e.log.Info("engine created", attrs...)
 	return e, nil
 }
 

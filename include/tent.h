@@ -354,16 +354,18 @@ typedef struct tent_stats {
 /* Fills *out with the engine's counts. out->size must be set. */
 tent_status tent_engine_stats(tent_engine *engine, tent_stats *out);
 
-/* Writes a JSON object with the engine's counts, each transport's
- * resource counts ("transports": fds, mappings, connections, goroutines,
- * ...), each listener's accept-loop counts ("listeners": "engine" and
- * the transports that run a listener, each with accepted, accept_errors,
- * last_accept_error, unauthenticated, authenticated, handshake_failures,
- * handshake_timeouts, evicted, peer_rejected) and, with etcd metadata, the
- * directory's counts ("metadata": published, published_generation, behind,
- * writes, publish_timeouts, lease_regrants, watch_invalidations,
- * stale_resolves) into buf, NUL-terminated;
- * TENT_ERR_BUFFER_TOO_SMALL if cap is too small.
+/* Writes a JSON object with the engine's counts, each installed
+ * transport's resource counts ("transports": fds, mappings, connections,
+ * goroutines, ...), each listener's accept-loop counts ("listeners":
+ * "engine" and the transports that run a listener, each with accepted,
+ * accept_errors, last_accept_error, unauthenticated, authenticated,
+ * handshake_failures, handshake_timeouts, evicted, peer_rejected), with
+ * etcd metadata the directory's counts ("metadata": published,
+ * published_generation, behind, writes, publish_timeouts, lease_regrants,
+ * watch_invalidations, stale_resolves), and "unavailable": each transport
+ * asked for that cannot serve on this machine, with the reason (e.g.
+ * "cuda": "no CUDA driver ..."; such a transport is not installed) into
+ * buf, NUL-terminated; TENT_ERR_BUFFER_TOO_SMALL if cap is too small.
  * *len_out (may be NULL) receives the length without the NUL. */
 tent_status tent_engine_stats_json(tent_engine *engine, char *buf, size_t cap, size_t *len_out);
 
@@ -484,6 +486,55 @@ tent_status tent_notify_send(tent_engine *engine, tent_segment *segment, const v
  * TENT_ERR_BUFFER_TOO_SMALL is returned. No message: TENT_ERR_TIMEOUT. */
 tent_status tent_notify_recv(tent_engine *engine, int64_t timeout_ms, void *buf, size_t cap,
                              size_t *len_out, char *from, size_t from_cap);
+
+/* ---- Logging ----------------------------------------------------------- */
+
+/* Log levels, least severe first. A level shows its lines and every more
+ * severe one; TENT_LOG_OFF shows nothing. */
+#define TENT_LOG_DEBUG 0
+#define TENT_LOG_INFO 1
+#define TENT_LOG_WARN 2
+#define TENT_LOG_ERROR 3
+#define TENT_LOG_OFF 4
+
+/* The library logs through one process-wide sink, for every engine. By
+ * default it writes warnings and errors to stderr. When the library loads it
+ * reads TENT_LOG=debug|info|warn|error|off (the level) and TENT_LOG_FILE=path
+ * (append lines to that file instead of stderr); an invalid value is
+ * reported as a warning and the default kept. Debug shows what explains a
+ * hang or a slow transfer: the transport chosen per peer (with the peer's
+ * epoch), connection, lease and engine setup and teardown, retries with
+ * their reasons, deadline expiries, etcd session changes. Nothing is logged
+ * per request at info or above, and a disabled level costs the transfer
+ * path nothing. */
+
+/* Sets the level (TENT_LOG_DEBUG .. TENT_LOG_OFF); it applies at once to
+ * every engine. Errors: INVALID_ARGUMENT (another value), BUSY (called from
+ * inside a log callback). */
+tent_status tent_log_set_level(int level);
+
+/* The current level. Never fails, and may be called from inside a log
+ * callback; TENT_LOG_OFF in a forked child (nothing logs there). */
+int tent_log_get_level(void);
+
+/* Receives one log line: level is a TENT_LOG_* value, msg the line without
+ * time stamp, level or newline ("msg=... key=value ..."), NUL-terminated
+ * and valid only during the call (copy it to keep it); user is what was
+ * passed to tent_log_set_callback. */
+typedef void (*tent_log_fn)(int level, const char *msg, void *user);
+
+/* Sends log lines to fn(level, msg, user) instead of stderr (or
+ * TENT_LOG_FILE); NULL fn restores that default. Lines are delivered one at
+ * a time: fn is never called concurrently with itself, but it is called on
+ * whichever thread logs, often one the library started. When this call
+ * returns, the previous callback is not running and will never be called
+ * again, so its user data may be freed. fn must return promptly (every
+ * line of the process waits for it) and must not call tent functions:
+ * from inside fn they return TENT_ERR_BUSY at once (no deadlock), except
+ * tent_log_get_level, tent_last_error and the functions that never fail.
+ * The library keeps fn and user, never frees user.
+ * Errors: BUSY (called from inside a log callback). */
+tent_status tent_log_set_callback(tent_log_fn fn, void *user);
 
 #ifdef __cplusplus
 }

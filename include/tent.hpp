@@ -112,9 +112,11 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <initializer_list>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -322,6 +324,78 @@ inline void check_version(uint32_t library_abi = tent_abi_version()) {
                                    std::to_string(TENT_VERSION_PATCH) + ")",
                                "tent_abi_version");
   }
+}
+
+// ---- Logging ----------------------------------------------------------------
+
+// Log levels (TENT_LOG_*), least severe first.
+enum class LogLevel : int {
+  debug = TENT_LOG_DEBUG,
+  info = TENT_LOG_INFO,
+  warn = TENT_LOG_WARN,
+  error = TENT_LOG_ERROR,
+  off = TENT_LOG_OFF,
+};
+
+// Sets the process-wide level (tent_log_set_level).
+inline void set_log_level(LogLevel level) {
+  detail::check(tent_log_set_level(static_cast<int>(level)), "tent_log_set_level");
+}
+
+// The process-wide level (tent_log_get_level).
+inline LogLevel log_level() noexcept { return static_cast<LogLevel>(tent_log_get_level()); }
+
+// Receives one log line: a TENT_LOG_* level and the line, which is valid
+// only during the call (copy it to keep it).
+using LogSink = std::function<void(int level, std::string_view line)>;
+
+namespace detail {
+
+struct LogSinkSlot {
+  std::mutex mu;                 // one set_log_sink at a time
+  std::unique_ptr<LogSink> sink;  // what the library calls, until replaced
+};
+
+// Never destroyed: library threads may still log during static destruction.
+inline LogSinkSlot &log_sink_slot() {
+  static LogSinkSlot *slot = new LogSinkSlot;
+  return *slot;
+}
+
+// Set while this thread runs a sink.
+inline bool &in_log_sink() {
+  thread_local bool inside = false;
+  return inside;
+}
+
+inline void log_trampoline(int level, const char *msg, void *user) noexcept {
+  in_log_sink() = true;
+  try {
+    (*static_cast<LogSink *>(user))(level, std::string_view(msg));
+  } catch (...) {
+    // An exception must never unwind into the library.
+  }
+  in_log_sink() = false;
+}
+
+}  // namespace detail
+
+// Sends the library's log lines to sink (tent_log_set_callback); an empty
+// sink restores stderr (or TENT_LOG_FILE). The sink is called on whichever
+// thread logs, one line at a time, and must not call tent: there every tent
+// call, set_log_sink included, throws BusyError. Exceptions it throws are
+// swallowed. When set_log_sink returns, the previous sink is not running
+// and is destroyed.
+inline void set_log_sink(LogSink sink) {
+  if (detail::in_log_sink()) {
+    throw BusyError("set_log_sink called from inside a log sink", "tent_log_set_callback");
+  }
+  detail::LogSinkSlot &slot = detail::log_sink_slot();
+  std::lock_guard<std::mutex> lock(slot.mu);
+  std::unique_ptr<LogSink> next = sink ? std::make_unique<LogSink>(std::move(sink)) : nullptr;
+  detail::check(tent_log_set_callback(next ? &detail::log_trampoline : nullptr, next.get()),
+                "tent_log_set_callback");
+  slot.sink = std::move(next);  // the library never calls the old one again
 }
 
 // ---- Small types ------------------------------------------------------------

@@ -22,6 +22,10 @@ does (so importing tent and then forking workers is safe). In a child
 forked after the library was loaded, every call raises ``tent.ForkError``:
 start workers with ``multiprocessing`` "spawn" or "forkserver".
 
+Log lines go to ``logging.getLogger("tent")`` (warnings and errors unless
+configured; ``tent.set_log_level("debug")`` shows transport choices,
+connections and teardown); ``TENT_LOG``/``TENT_LOG_FILE`` override that.
+
 Errors are ``tent.TentError`` subclasses, one per status code of tent.h,
 that also subclass the natural builtin (``tent.NotFound`` is a KeyError,
 ``tent.Timeout`` a TimeoutError, ``tent.InvalidArgument`` a ValueError).
@@ -72,6 +76,7 @@ from ._errors import (
     VersionMismatch,
 )
 from ._lib import Request, RequestStatus
+from ._log import get_log_level, set_log_level
 from ._requests import READ, WRITE, RequestResult, make_requests
 from ._version import __version__
 
@@ -124,6 +129,8 @@ __all__ = [
     "VersionMismatch",
     "get_include",
     "get_cmake_dir",
+    "set_log_level",
+    "get_log_level",
 ]
 
 

@@ -26,7 +26,7 @@ import weakref
 from ctypes import byref, c_size_t, c_void_p, sizeof
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
 
-from . import _check, _lib
+from . import _check, _lib, _log
 from ._buffers import Buffer, release, resolve
 from ._errors import (
     BufferTooSmall,
@@ -202,6 +202,7 @@ class Engine(_Managed):
         opts.unregister_timeout_ms = _check.millis(unregister_timeout, "unregister_timeout", zero_is_default=True)
         if tcp_streams is not None:
             opts.tcp_streams = _check.bounded(tcp_streams, "tcp_streams", 1, (1 << 32) - 1)
+        _log.on_engine_create()
         h = c_void_p()
         check(dll.tent_engine_create(byref(opts), byref(h)))
         del secret_buf
@@ -268,9 +269,11 @@ class Engine(_Managed):
     def stats(self) -> Dict[str, Any]:
         """tent_engine_stats and tent_engine_stats_json as one dict: the
         engine's counts (regions, handles, batches, allocations, ...),
-        ``transports``: each installed transport's resource counts, and
+        ``transports``: each installed transport's resource counts,
         ``listeners``: each listener's accept-loop counts (accept errors,
-        handshake timeouts, evictions, ...)."""
+        handshake timeouts, evictions, ...), and ``unavailable``: each
+        transport asked for that cannot serve on this machine, with the
+        reason (``{"cuda": "no CUDA driver ..."}``)."""
         h = self._h()
         dll = _lib.lib()
         s = _lib.Stats(size=sizeof(_lib.Stats))
@@ -283,7 +286,9 @@ class Engine(_Managed):
 
     @property
     def transports(self) -> List[str]:
-        """The installed transports, in the order the stats list them."""
+        """The installed transports, in the order the stats list them: only
+        those that can serve here (``stats()["unavailable"]`` says why one
+        is missing)."""
         return list(self.stats()["transports"])
 
     def uninstall(self, name: Optional[str] = None) -> None:

@@ -71,6 +71,12 @@ TENT_STATUS_STAGED = 0x2
 TENT_MAX_NAME_LEN = 1024
 TENT_MAX_STRING_LEN = 4096
 
+TENT_LOG_DEBUG = 0
+TENT_LOG_INFO = 1
+TENT_LOG_WARN = 2
+TENT_LOG_ERROR = 3
+TENT_LOG_OFF = 4
+
 # Every #define of tent.h that is a plain integer, by name (the header test
 # compares this with the header; macros with arguments and the *_INIT
 # initializers are not values).
@@ -205,6 +211,9 @@ STRUCTS: Dict[str, Any] = {
     "tent_request_status": RequestStatus,
 }
 
+# typedef void (*tent_log_fn)(int level, const char *msg, void *user);
+tent_log_fn = ctypes.CFUNCTYPE(None, c_int32, c_char_p, c_void_p)
+
 # ---- Functions: name -> (restype, argtypes) --------------------------------
 
 _P = POINTER
@@ -241,6 +250,9 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
         tent_status,
         [handle, c_int64, c_void_p, c_size_t, _P(c_size_t), c_char_p, c_size_t],
     ),
+    "tent_log_set_level": (tent_status, [c_int32]),
+    "tent_log_get_level": (c_int32, []),
+    "tent_log_set_callback": (tent_status, [tent_log_fn, c_void_p]),
 }
 
 # ---- Loading ---------------------------------------------------------------

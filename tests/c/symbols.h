@@ -42,7 +42,10 @@
   X(tent_batch_destroy)   \
   X(tent_transfer_sync)   \
   X(tent_notify_send)     \
-  X(tent_notify_recv)
+  X(tent_notify_recv)     \
+  X(tent_log_set_level)   \
+  X(tent_log_get_level)   \
+  X(tent_log_set_callback)
 
 #define TENT_NOT_YET(X)
 

@@ -20,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <mutex>
 #include <thread>
 #include <typeinfo>
 #include <vector>
@@ -198,6 +199,65 @@ TEST_F(Tent, NotFoundForATransportThatIsNotInstalled) {
   EXPECT_EQ(out.requests[0].transport, tent::Transport::tcp);
   EXPECT_EQ(out.bytes(), 4096u);
   EXPECT_EQ(dst, src);
+}
+
+// ---- Logging ----------------------------------------------------------------------
+
+TEST_F(Tent, LogSinkSeesTransportChoiceAndTeardown) {
+  std::mutex mu;
+  std::vector<std::pair<int, std::string>> lines;
+  bool busy_inside = false;
+  tent::set_log_level(tent::LogLevel::debug);
+  EXPECT_EQ(tent::log_level(), tent::LogLevel::debug);
+  tent::set_log_sink([&](int level, std::string_view line) {
+    std::lock_guard<std::mutex> g(mu);
+    lines.emplace_back(level, std::string(line));
+    if (lines.size() == 1) {
+      try {
+        tent::set_log_sink(nullptr);
+      } catch (const tent::BusyError &) {
+        busy_inside = true;
+      }
+    }
+    if (lines.size() == 2) {
+      throw std::runtime_error("a sink that throws must not take the process down");
+    }
+  });
+  std::string peer_name;
+  {
+    tent::Engine a(tent::EngineOptions().transports("tcp"));
+    tent::Engine b(tent::EngineOptions().transports("tcp"));
+    peer_name = b.name();
+    std::vector<char> src(4096, 's'), dst(4096);
+    tent::Region rs = a.register_memory(src.data(), src.size());
+    tent::Region rd = b.register_memory(dst.data(), dst.size());
+    tent::Segment peer = a.open_segment(b.name());
+    tent::Outcome out = a.transfer({tent::write_to(peer, tent::remote_address(dst.data()), src.data(), src.size())});
+    EXPECT_TRUE(out.ok()) << out.message;
+  }
+  tent::set_log_sink(nullptr);  // the lambda's captures may go now
+  tent::set_log_level(tent::LogLevel::warn);
+  std::lock_guard<std::mutex> g(mu);
+  auto has = [&](int level, std::initializer_list<const char *> parts) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::pair<int, std::string> &l) {
+      return l.first == level && std::all_of(parts.begin(), parts.end(), [&](const char *p) {
+               return l.second.find(p) != std::string::npos;
+             });
+    });
+  };
+  std::string peer = "peer=" + peer_name;
+  EXPECT_TRUE(has(TENT_LOG_DEBUG, {"msg=\"transport chosen\"", peer.c_str(), "transport=tcp"}));
+  EXPECT_TRUE(has(TENT_LOG_DEBUG, {"msg=\"transport uninstalled\"", "transport=tcp"}));
+  EXPECT_TRUE(has(TENT_LOG_INFO, {"msg=\"engine closed\""}));
+  EXPECT_TRUE(busy_inside) << "set_log_sink inside a sink throws BusyError";
+  size_t seen = lines.size();
+  { tent::Engine quiet; }
+  EXPECT_EQ(lines.size(), seen) << "the sink is not called after set_log_sink(nullptr)";
+}
+
+TEST_F(Tent, LogLevelBadValue) {
+  expect_error<tent::Status::invalid_argument>([] { tent::set_log_level(static_cast<tent::LogLevel>(9)); },
+                                               "tent_log_set_level");
 }
 
 // ---- Move semantics, release, reset ---------------------------------------------

@@ -45,8 +45,10 @@ SCALARS = {
     "uint64_t": c_uint64,
     "int64_t": c_int64,
     "int32_t": c_int32,
+    "int": c_int32,
     "size_t": c_size_t,
     "tent_status": c_int32,
+    "tent_log_fn": _lib.tent_log_fn,
 }
 
 

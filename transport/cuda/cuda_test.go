@@ -30,15 +30,22 @@ func TestNoDriverInProcess(t *testing.T) {
 	}
 	defer func() { driverFn = old }()
 	e, tr := newEngine(t, "cuda", "local")
-	require.NotNil(t, tr)
-	require.Equal(t, int64(0), e.Stats().Transports[Name]["gpus"])
-	_, r := hostBuf(t, e, 4096)
-	require.False(t, tr.Eligible(&core.Request{LocalRegion: r, RemoteRegion: wireRegion("cuda:0", 1)}))
+	require.Nil(t, tr, "a transport that cannot serve is not installed")
+	require.Contains(t, e.Stats().Unavailable[Name], "no CUDA driver (test)")
 	_, err := e.Alloc(1<<20, "cuda:0", rw)
 	require.Equal(t, status.Unsupported, status.CodeOf(err))
 	requireMsg(t, err, "cuda:0", "no CUDA driver")
-	require.Empty(t, tr.Endpoints())
-	require.NoError(t, e.Uninstall(Name))
+	require.Equal(t, status.NotFound, status.CodeOf(e.Uninstall(Name)))
+
+	// The transport itself, installed directly, stays inert.
+	inert := New()
+	require.NoError(t, inert.Install(e))
+	require.Contains(t, inert.Unavailable(), "no CUDA driver (test)")
+	require.Equal(t, int64(0), inert.Stats()["gpus"])
+	_, r := hostBuf(t, e, 4096)
+	require.False(t, inert.Eligible(&core.Request{LocalRegion: r, RemoteRegion: wireRegion("cuda:0", 1)}))
+	require.Empty(t, inert.Endpoints())
+	require.NoError(t, inert.Uninstall())
 }
 
 func TestAllocRegisterDetect(t *testing.T) {

@@ -146,21 +146,28 @@ func childMain(mode string) error {
 }
 
 // childNoDriver runs with TENT_CUDA_DRIVER naming no library: the engine
-// must create with the cuda transport installed but inert.
+// must create without the cuda transport, saying why.
 func childNoDriver() error {
 	e, err := core.New(core.Options{Transports: []string{"cuda", "local"}})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
 	defer e.Close()
-	tr := cudaOf(e)
-	if tr == nil {
-		return fmt.Errorf("cuda transport not installed")
+	if tr := cudaOf(e); tr != nil {
+		return fmt.Errorf("cuda transport installed without a driver")
 	}
+	if why := e.Stats().Unavailable[Name]; !strings.Contains(why, "no CUDA driver") {
+		return fmt.Errorf("Stats().Unavailable[cuda] = %q", why)
+	}
+	tr := New() // installed directly: inert
+	if err := tr.Install(e); err != nil {
+		return err
+	}
+	defer tr.Uninstall()
 	if _, err := tr.Driver(); err == nil || !strings.Contains(err.Error(), "no CUDA driver") {
 		return fmt.Errorf("Driver() error = %v", err)
 	}
-	if g := e.Stats().Transports[Name]["gpus"]; g != 0 {
+	if g := tr.Stats()["gpus"]; g != 0 {
 		return fmt.Errorf("gpus = %d", g)
 	}
 	buf := make([]byte, 4096)

@@ -132,6 +132,18 @@ func (t *Transport) Install(e *core.Engine) error {
 	return nil
 }
 
+// Unavailable is why the transport cannot serve here (no driver, no GPU,
+// a driver too old), or "". The engine then uninstalls it and reports the
+// reason in Stats().Unavailable instead of listing an inert transport.
+func (t *Transport) Unavailable() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.d == nil && t.noDriver != nil {
+		return t.noDriver.Error()
+	}
+	return ""
+}
+
 func (t *Transport) serveTCP(c net.Conn) {
 	t.mu.Lock()
 	srv, closed := t.srv, t.closed

@@ -148,6 +148,11 @@ func (c *conn) fail(err error) {
 	c.t.conns.Add(-1)
 	c.t.dropConn(c)
 	code := status.CodeOf(err)
+	if code == status.Closed {
+		c.t.log.Debug("tcp connection closed", "addr", c.pool.key.addr, "slot", c.slot, "reason", err)
+	} else {
+		c.t.log.Info("tcp connection failed", "addr", c.pool.key.addr, "slot", c.slot, "requests_failed", len(held), "err", err)
+	}
 	if code == status.Timeout {
 		c.t.timeouts.Add(1)
 	}
@@ -183,6 +188,7 @@ func (c *conn) closeIfIdle(before time.Time) bool {
 	c.t.conns.Add(-1)
 	c.t.dropConn(c)
 	c.t.idleClosed.Add(1)
+	c.t.log.Debug("tcp connection closed when idle", "addr", c.pool.key.addr, "slot", c.slot)
 	return true
 }
 
@@ -263,6 +269,7 @@ func (c *conn) writeLoop() {
 	c.nc = nc
 	_ = nc.SetDeadline(c.deadline)
 	c.mu.Unlock()
+	c.t.log.Debug("tcp connection up", "addr", c.pool.key.addr, "slot", c.slot, "peer", c.pool.name)
 	c.t.goroutine(func() { c.readLoop(nc) })
 
 	var group []*chunk

@@ -52,8 +52,13 @@ func (t *Transport) serve(nc net.Conn, _ string) {
 		s.rd.raw, _ = sc.SyscallConn()
 		s.rd.count = &t.received
 	}
-	if err := s.run(); err != nil && status.CodeOf(err) == status.Protocol {
+	t.log.Debug("tcp connection accepted", "from", nc.RemoteAddr().String())
+	err = s.run()
+	if err != nil && status.CodeOf(err) == status.Protocol {
 		t.protoErrs.Add(1)
+		t.log.Warn("tcp peer broke the protocol; connection closed", "from", nc.RemoteAddr().String(), "err", err)
+	} else {
+		t.log.Debug("tcp connection ended", "from", nc.RemoteAddr().String(), "reason", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -31,6 +32,7 @@ const (
 type Transport struct {
 	mu       sync.Mutex
 	e        *core.Engine
+	log      *slog.Logger // the engine's, set by Install
 	streams  int
 	closed   bool
 	pools    map[peerKey]*pool
@@ -143,6 +145,7 @@ func (t *Transport) Install(e *core.Engine) error {
 	}
 	t.bufs = bufs
 	t.e = e
+	t.log = e.Logger().With("transport", "tcp")
 	t.streams = e.Options().TCPStreams
 	t.ctx, t.cancel = context.WithCancel(context.Background())
 	t.unhandle = e.HandleConn(core.KindTCPData, t.serve)

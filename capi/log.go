@@ -1,0 +1,100 @@
+package main
+
+/*
+#include <stdlib.h>
+#include "shim.h"
+*/
+import "C"
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"runtime/debug"
+	"unsafe"
+
+	"github.com/tent-dev/tent/logsink"
+	"github.com/tent-dev/tent/status"
+)
+
+// Environment variables read when the library loads.
+const (
+	envLogLevel = "TENT_LOG"
+	envLogFile  = "TENT_LOG_FILE"
+)
+
+// logs is the process's one log sink; every engine logs through it. The
+// library owns it here, at the boundary: library packages only ever get a
+// *slog.Logger.
+var logs = openLogSink(os.Getenv, os.Stderr)
+
+// defaultLogOutput is where lines go without a callback: TENT_LOG_FILE,
+// else stderr. Fixed at load.
+var defaultLogOutput io.Writer = os.Stderr
+
+// openLogSink builds the sink from the environment: warnings and errors to
+// stderr unless TENT_LOG and TENT_LOG_FILE say otherwise. A bad value is
+// reported as a warning through the sink, and the default kept.
+func openLogSink(getenv func(string) string, stderr io.Writer) *logsink.Sink {
+	s := logsink.New(logsink.Warn, stderr)
+	var problems []string
+	if v := getenv(envLogLevel); v != "" {
+		if l, err := logsink.ParseLevel(v); err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v; keeping %s", envLogLevel, err, logsink.Warn))
+		} else {
+			s.SetLevel(l)
+		}
+	}
+	if path := getenv(envLogFile); path != "" {
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			problems = append(problems, fmt.Sprintf("%s: %v; logging to stderr", envLogFile, err))
+		} else {
+			// Never closed: the library logs until the process exits.
+			s.SetWriter(f)
+			defaultLogOutput = f
+		}
+	}
+	for _, p := range problems {
+		s.Logger().Warn(p)
+	}
+	return s
+}
+
+//export tentgo_log_set_level
+func tentgo_log_set_level(level C.int) (st C.tent_status) {
+	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	hook("log_set_level")
+	if !logs.SetLevel(logsink.Level(level)) {
+		return fail(status.Errorf(status.InvalidArgument,
+			"log level %d: want TENT_LOG_DEBUG (%d) .. TENT_LOG_OFF (%d)", int(level), logsink.Debug, logsink.Off))
+	}
+	return ok()
+}
+
+//export tentgo_log_get_level
+func tentgo_log_get_level() (level C.int) {
+	defer func() {
+		if recover() != nil {
+			level = C.int(logsink.Off) // nothing to report a failure through
+		}
+	}()
+	return C.int(logs.Level())
+}
+
+//export tentgo_log_set_callback
+func tentgo_log_set_callback(fn, user C.uintptr_t) (st C.tent_status) {
+	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	hook("log_set_callback")
+	if fn == 0 {
+		logs.SetWriter(defaultLogOutput)
+		return ok()
+	}
+	logs.SetCallback(func(l logsink.Level, line string) {
+		// The C string lives for the call only, as the header says.
+		msg := C.CString(line)
+		defer C.free(unsafe.Pointer(msg))
+		C.tentshim_call_log(fn, C.int(l), msg, user)
+	})
+	return ok()
+}
