@@ -32,7 +32,7 @@ const (
 type Transport struct {
 	mu       sync.Mutex
 	e        *core.Engine
-	log      *slog.Logger // the engine's, set by Install
+	log      *slog.Logger // the engine's from Install; discards before
 	streams  int
 	closed   bool
 	pools    map[peerKey]*pool
@@ -124,7 +124,7 @@ func (t *Transport) reap() {
 // New returns an uninstalled tcp transport.
 func New() *Transport {
 	return &Transport{pools: map[peerKey]*pool{}, srvConns: map[net.Conn]struct{}{}, reqs: map[*core.Request]*reqState{},
-		noConns: make(chan struct{}, 1)}
+		noConns: make(chan struct{}, 1), log: slog.New(slog.DiscardHandler)}
 }
 
 func (t *Transport) Name() string                          { return "tcp" }
