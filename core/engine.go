@@ -143,6 +143,7 @@ func New(o Options) (*Engine, error) {
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
 	e.incarnation = binary.LittleEndian.Uint64(seed[:]) | 1
+	e.log = opts.Logger // until the name is known (the engine's listener logs through it)
 	srv, err := newServer(e, opts.ListenAddr)
 	if err != nil {
 		return nil, err

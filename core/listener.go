@@ -35,6 +35,7 @@ type ListenerReporter interface {
 func (e *Engine) ListenerConfig(name string, sameUser bool) acceptloop.Config {
 	return acceptloop.Config{
 		Name:               name,
+		Logger:             e.log,
 		MaxUnauthenticated: e.opts.MaxUnauthenticated,
 		HandshakeTimeout:   e.opts.HandshakeTimeout,
 		SameUser:           sameUser,
@@ -135,6 +136,9 @@ func (s *server) serve(c net.Conn, p *acceptloop.Pending) {
 	})
 	p.Done(err == nil)
 	if err != nil {
+		// Info, not Debug: a peer with the wrong secret is a setup problem
+		// someone is looking for; per connection, never per request.
+		s.e.log.Info("handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 		return
 	}
 	s.mu.Lock()

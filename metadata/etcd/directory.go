@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,7 @@ type Directory struct {
 	name, key  string
 	inc        uint64
 	invalidate func(name string)
+	log        *slog.Logger // the engine's
 
 	ctx    context.Context // canceled by Close; ends every goroutine
 	cancel context.CancelFunc
@@ -145,7 +147,8 @@ func open(url string, e *core.Engine, invalidate func(string)) (*Directory, erro
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &Directory{
 		cfg: cfg, cli: cli, name: e.Name(), key: cfg.segmentKey(e.Name()), inc: e.Incarnation(),
-		invalidate: invalidate, timeout: timeout, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
+		invalidate: invalidate, log: e.Logger().With("metadata", "etcd"),
+		timeout: timeout, ctx: ctx, cancel: cancel, kick: make(chan struct{}, 1),
 		watches: map[string]*watched{}, publishedCh: make(chan struct{}),
 	}
 	gctx, gcancel := context.WithTimeout(ctx, timeout)
@@ -157,6 +160,8 @@ func open(url string, e *core.Engine, invalidate func(string)) (*Directory, erro
 		return nil, d.wrapErr(err, timeout, "connecting")
 	}
 	d.lease = g.ID
+	d.log.Info("etcd session started", "endpoints", cfg.endpoints, "key", d.key,
+		"lease", fmt.Sprintf("%x", int64(g.ID)), "ttl_s", g.TTL)
 	return d, nil
 }
 
@@ -436,6 +441,8 @@ func (d *Directory) session(rev int64) {
 	defer d.wg.Done()
 	own := d.watchOwn(rev + 1)
 	dirty := false
+	lost := "" // why the entry was lost, until it is published again
+	failures := 0
 	backoff := minBackoff
 	var timer *time.Timer
 	var retry <-chan time.Time
@@ -459,6 +466,8 @@ func (d *Directory) session(rev int64) {
 			return
 		case _, ok := <-ka:
 			if !ok { // expired, revoked, or no renewal within the TTL
+				d.log.Warn("etcd lease lost; registering again with a new lease", "key", d.key)
+				lost = "lease lost"
 				d.dropLease()
 				dirty = true
 				arm(0)
@@ -468,6 +477,7 @@ func (d *Directory) session(rev int64) {
 			arm(0)
 		case wr, ok := <-own:
 			if !ok || wr.Err() != nil {
+				d.log.Info("etcd watch of our entry ended; checking it again", "key", d.key, "err", wr.Err())
 				own = nil // watched again after the next successful claim
 				d.unconfirmed()
 				dirty = true
@@ -476,6 +486,8 @@ func (d *Directory) session(rev int64) {
 			}
 			for _, ev := range wr.Events {
 				if ev.Type == mvccpb.DELETE {
+					d.log.Warn("etcd entry deleted by someone else; publishing it again", "key", d.key)
+					lost = "entry deleted"
 					d.unconfirmed()
 					dirty = true
 					arm(0)
@@ -488,10 +500,18 @@ func (d *Directory) session(rev int64) {
 			}
 			rev, err := d.sync(own == nil)
 			if err != nil {
+				failures++
+				d.log.Info("etcd publish failed; retrying", "key", d.key, "attempt", failures, "retry_in", backoff, "err", err)
 				arm(backoff)
 				backoff = min(backoff*2, maxBackoff)
 				continue
 			}
+			if lost != "" || failures > 0 {
+				d.log.Warn("etcd registration restored", "key", d.key, "after", lost, "failed_attempts", failures)
+			} else {
+				d.log.Debug("etcd entry published", "key", d.key, "revision", rev)
+			}
+			lost, failures = "", 0
 			dirty, backoff = false, minBackoff
 			if own == nil {
 				own = d.watchOwn(rev + 1)
@@ -552,6 +572,8 @@ func (d *Directory) sync(force bool) (int64, error) {
 	}
 	rev, err := d.claim(ctx, lease, val)
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		d.log.Warn("etcd lease lost; registering again with a new lease", "key", d.key,
+			"lease", fmt.Sprintf("%x", int64(lease)))
 		d.dropLease()
 	}
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/logsink"
 	"github.com/tent-dev/tent/status"
 	_ "github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
@@ -545,7 +546,11 @@ func TestRevokedLeaseIsReplaced(t *testing.T) {
 	srv := startEtcd(t)
 	cli := srv.client()
 	defer cli.Close()
-	e, _ := newEngine(t, srv, "phoenix", core.Options{})
+	logs := &logLines{}
+	sink := logsink.New(logsink.Debug, nil)
+	sink.SetCallback(logs.add)
+	e, _ := newEngine(t, srv, "phoenix", core.Options{Logger: sink.Logger()})
+	require.True(t, logs.has("etcd session started", "key="+key("phoenix")), "%v", logs.all())
 	kv := getKV(t, cli, key("phoenix"))
 	require.NotNil(t, kv)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -557,8 +562,14 @@ func TestRevokedLeaseIsReplaced(t *testing.T) {
 		return now != nil && now.Lease != 0 && now.Lease != kv.Lease
 	}, 10*time.Second, 20*time.Millisecond, "not published again after the lease was revoked")
 	require.GreaterOrEqual(t, spyOf(t, e).d.regrants.Load(), int64(1))
+	// Revoking deletes the entry too: either is noticed first, the lease
+	// loss is logged, and then the restored registration.
+	require.Eventually(t, func() bool { return logs.count("etcd registration restored") >= 1 },
+		10*time.Second, 20*time.Millisecond, "%v", logs.all())
+	require.True(t, logs.has("etcd lease lost"), "%v", logs.all())
 
 	kv = getKV(t, cli, key("phoenix"))
+	restored := logs.count("etcd registration restored")
 	_, err = cli.Delete(ctx, key("phoenix"))
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
@@ -567,6 +578,52 @@ func TestRevokedLeaseIsReplaced(t *testing.T) {
 	}, 10*time.Second, 20*time.Millisecond, "not published again after the key was deleted")
 	d := storedDesc(t, cli, "phoenix")
 	require.Equal(t, e.Incarnation(), d.Incarnation)
+	require.Eventually(t, func() bool { return logs.count("etcd registration restored") > restored },
+		10*time.Second, 20*time.Millisecond, "%v", logs.all())
+	require.True(t, logs.has("etcd entry deleted by someone else"))
+}
+
+// logLines collects a sink's lines.
+type logLines struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *logLines) add(_ logsink.Level, s string) {
+	l.mu.Lock()
+	l.lines = append(l.lines, s)
+	l.mu.Unlock()
+}
+
+func (l *logLines) all() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.lines...)
+}
+
+// count is the number of lines containing part.
+func (l *logLines) count(part string) int {
+	n := 0
+	for _, s := range l.all() {
+		if strings.Contains(s, part) {
+			n++
+		}
+	}
+	return n
+}
+
+// has reports whether one line contains every part.
+func (l *logLines) has(parts ...string) bool {
+next:
+	for _, s := range l.all() {
+		for _, p := range parts {
+			if !strings.Contains(s, p) {
+				continue next
+			}
+		}
+		return true
+	}
+	return false
 }
 
 // What is stored under a name is untrusted: malformed, mismatched or

@@ -312,6 +312,27 @@ static tent_status c_topology_len(void *p) {
   return tent_topology_json(b, sizeof b, p);
 }
 
+/* Logging */
+static tent_status c_log_level_neg(void *p) { (void)p; return tent_log_set_level(-1); }
+static tent_status c_log_level_big(void *p) { (void)p; return tent_log_set_level(INT_MAX); }
+static tent_status c_log_get_level(void *p) {
+  (void)p;
+  int l = tent_log_get_level();
+  return l >= TENT_LOG_DEBUG && l <= TENT_LOG_OFF ? TENT_OK : TENT_ERR_INTERNAL;
+}
+static void ignore_line(int level, const char *msg, void *user) { (void)level, (void)msg, (void)user; }
+/* The library never dereferences user: any value is passed through. A line
+ * is logged with it (an engine created and destroyed at debug). */
+static tent_status c_log_callback_user(void *p) {
+  tent_status st = tent_log_set_callback(ignore_line, p);
+  if (st != TENT_OK) return st;
+  tent_log_set_level(TENT_LOG_DEBUG);
+  tent_engine *tmp = NULL;
+  if (tent_engine_create(NULL, &tmp) == TENT_OK) tent_engine_destroy(tmp);
+  tent_log_set_level(TENT_LOG_WARN);
+  return tent_log_set_callback(NULL, p);
+}
+
 /* Segments */
 static tent_status c_open_name(void *p) {
   tent_segment *s = NULL;
@@ -536,6 +557,11 @@ static const struct entry table[] = {
     {"tent_engine_stats_json", "len_out", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_stats_json_len},
     {"tent_topology_json", "buf", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_topology_buf},
     {"tent_topology_json", "len_out", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_topology_len},
+
+    {"tent_log_set_level", "level = -1", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_log_level_neg},
+    {"tent_log_set_level", "level = INT_MAX", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_log_level_big},
+    {"tent_log_get_level", "(none)", VALUE, OK_ALL, 0, c_log_get_level},
+    {"tent_log_set_callback", "user", PTRS, OK_ALL, 0, c_log_callback_user},
 
     {"tent_segment_open", "name", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_open_name},
     {"tent_segment_open", "segment_out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_open_out},
