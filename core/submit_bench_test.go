@@ -1,18 +1,27 @@
 package core_test
 
 import (
+	"io"
+	"log/slog"
 	"testing"
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/core/coretest"
 	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/logsink"
 )
 
 // BenchmarkSubmit128 measures the engine's own cost per batch of 128
 // requests (checks, routing, completion) with a mover that completes at
-// once, so no data moves.
+// once, so no data moves: with no logger, and with the library's default
+// (a sink at warn), which must cost the same.
 func BenchmarkSubmit128(b *testing.B) {
-	a, err := core.New(core.Options{Transports: []string{}})
+	b.Run("log=off", func(b *testing.B) { benchSubmit128(b, nil) })
+	b.Run("log=warn", func(b *testing.B) { benchSubmit128(b, logsink.New(logsink.Warn, io.Discard).Logger()) })
+}
+
+func benchSubmit128(b *testing.B, log *slog.Logger) {
+	a, err := core.New(core.Options{Transports: []string{}, Logger: log})
 	if err != nil {
 		b.Fatal(err)
 	}
