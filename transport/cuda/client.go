@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"io"
+	"log/slog"
 	"net"
 	"sync"
 	"time"
@@ -23,6 +24,7 @@ type sessKey struct {
 // id.
 type session struct {
 	t    *Transport
+	log  *slog.Logger // the engine's
 	key  sessKey
 	name string // the target's segment name, for messages
 	c    net.Conn
@@ -99,7 +101,21 @@ func (t *Transport) session(desc *wire.SegmentDesc, tcp bool, deadline time.Time
 	return s, nil
 }
 
+// dial opens a lease session with the target of desc and logs the outcome.
 func (t *Transport) dial(e *core.Engine, desc *wire.SegmentDesc, tcp bool, deadline time.Time) (*session, error) {
+	log := e.Logger().With("transport", Name)
+	via := map[bool]string{true: "tcp", false: "unix"}[tcp]
+	s, err := t.dialSession(e, desc, tcp, deadline)
+	if err != nil {
+		log.Debug("cuda lease session failed", "peer", desc.Name, "via", via, "err", err)
+		return nil, err
+	}
+	s.log = log
+	log.Debug("cuda lease session up", "peer", desc.Name, "via", via)
+	return s, nil
+}
+
+func (t *Transport) dialSession(e *core.Engine, desc *wire.SegmentDesc, tcp bool, deadline time.Time) (*session, error) {
 	s := &session{t: t, key: sessKey{desc.Incarnation, tcp}, name: desc.Name, wait: map[uint64]*call{}, done: make(chan struct{})}
 	if tcp {
 		addr := t.endpoint(desc, "ctl")
@@ -192,6 +208,9 @@ func (s *session) abort(err error) {
 	waits := s.wait
 	s.wait = map[uint64]*call{}
 	s.mu.Unlock()
+	if s.log != nil {
+		s.log.Debug("cuda lease session closed", "peer", s.name, "waiting_calls", len(waits), "reason", err)
+	}
 	for _, c := range waits {
 		c.ch <- reply{err: err}
 	}

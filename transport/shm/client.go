@@ -175,6 +175,11 @@ func (cl *client) connect(deadline time.Time) (*conn, error) {
 		cl.dialing = w
 		cl.mu.Unlock()
 		c, err := cl.dial(deadline)
+		if err != nil {
+			t.log.Debug("shm session failed to connect", "peer", cl.name, "addr", cl.addr, "err", err)
+		} else {
+			t.log.Debug("shm session up", "peer", cl.name, "addr", cl.addr, "pid", c.pid)
+		}
 		cl.mu.Lock()
 		cl.dialing = nil
 		if err == nil {
@@ -301,6 +306,7 @@ func (c *conn) fail(err error) {
 	}
 	c.err = err
 	close(c.dead)
+	c.t.log.Debug("shm session closed", "peer", c.cl.name, "pending", len(c.pending), "mappings", len(c.maps), "reason", err)
 	clear(c.pending)
 	for id, m := range c.maps {
 		delete(c.maps, id)

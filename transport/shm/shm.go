@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
@@ -53,6 +54,7 @@ const (
 // target (listener, server connections, leases).
 type Transport struct {
 	e        *core.Engine
+	log      *slog.Logger // the engine's from Install; discards before
 	loop     *acceptloop.Loop
 	addr     string
 	secret   []byte
@@ -98,6 +100,7 @@ type Transport struct {
 // New returns an uninstalled shm transport.
 func New() *Transport {
 	t := &Transport{
+		log:     slog.New(slog.DiscardHandler),
 		done:    make(chan struct{}),
 		servers: map[*serverConn]struct{}{},
 		clients: map[*core.Peer]*client{},
@@ -132,6 +135,7 @@ func (t *Transport) Install(e *core.Engine) error {
 	// any user are admitted: what another user gets is decided per
 	// connection (no memfds, process_vm only, which the kernel checks).
 	t.e, t.loop, t.addr = e, acceptloop.New(ln, e.ListenerConfig("shm", false)), addr
+	t.log = e.Logger().With("transport", "shm")
 	t.secret = append([]byte(nil), opts.Secret...)
 	t.maxLease = opts.DefaultTimeout
 	loop := t.loop
