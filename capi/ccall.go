@@ -96,6 +96,25 @@ static tent_status ccall_unregister_batch_raw(uint64_t e, uintptr_t regions, siz
   return tent_unregister_batch((tent_engine *)(uintptr_t)e, (tent_region *const *)regions, n);
 }
 
+// Raw variants: every pointer argument is an address the test chooses.
+static tent_status ccall_engine_create_raw(uintptr_t opts, uintptr_t out) {
+  return tent_engine_create((const tent_engine_options *)opts, (tent_engine **)out);
+}
+
+static tent_status ccall_register_raw(uint64_t e, uintptr_t addr, size_t len, uintptr_t loc, uintptr_t out) {
+  return tent_register((tent_engine *)(uintptr_t)e, (void *)addr, len, (const char *)loc, 3,
+                       (tent_region **)out);
+}
+
+static tent_status ccall_register_batch_out(uint64_t e, uintptr_t addr, size_t n, uintptr_t out) {
+  tent_region_desc d = {(void *)addr, 64, NULL};
+  return tent_register_batch((tent_engine *)(uintptr_t)e, &d, n, 3, (tent_region **)out);
+}
+
+static tent_status ccall_alloc_raw(uint64_t e, size_t size, uintptr_t addr_out, uintptr_t region_out) {
+  return tent_alloc((tent_engine *)(uintptr_t)e, size, "cpu", 3, (void **)addr_out, (tent_region **)region_out);
+}
+
 static tent_status ccall_uninstall(uint64_t e, const char *name) {
   return tent_uninstall((tent_engine *)(uintptr_t)e, name);
 }
@@ -417,6 +436,29 @@ func cUninstall(e uint64, name *string) result {
 		defer C.free(unsafe.Pointer(cn))
 	}
 	return call(func() C.tent_status { return C.ccall_uninstall(C.uint64_t(e), cn) })
+}
+
+func cEngineCreateRaw(opts, out uintptr) result {
+	return call(func() C.tent_status { return C.ccall_engine_create_raw(C.uintptr_t(opts), C.uintptr_t(out)) })
+}
+
+func cRegisterRaw(e uint64, addr uintptr, n uint64, loc, out uintptr) result {
+	return call(func() C.tent_status {
+		return C.ccall_register_raw(C.uint64_t(e), C.uintptr_t(addr), C.size_t(n), C.uintptr_t(loc), C.uintptr_t(out))
+	})
+}
+
+// cRegisterBatchOut registers one 64-byte entry at addr, n claimed.
+func cRegisterBatchOut(e uint64, addr uintptr, n uint64, out uintptr) result {
+	return call(func() C.tent_status {
+		return C.ccall_register_batch_out(C.uint64_t(e), C.uintptr_t(addr), C.size_t(n), C.uintptr_t(out))
+	})
+}
+
+func cAllocRaw(e uint64, size uint64, addrOut, regionOut uintptr) result {
+	return call(func() C.tent_status {
+		return C.ccall_alloc_raw(C.uint64_t(e), C.size_t(size), C.uintptr_t(addrOut), C.uintptr_t(regionOut))
+	})
 }
 
 func cStatusStr(c status.Code) string { return C.GoString(C.tent_status_str(C.tent_status(c))) }

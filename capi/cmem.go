@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"runtime/debug"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/tent-dev/tent/internal/memory"
@@ -134,9 +133,11 @@ func writeValue[T any](a uintptr, v T, what string) error {
 // pageSize is the smallest page a probe must touch once.
 const pageSize = 4096
 
-// probeWritable checks that [a, a+n) can be written, touching every page
-// once with an atomic add of zero: it needs write access, and changes
-// nothing even if the caller's other threads write there meanwhile.
+// probeWritable checks that [a, a+n) can be written, by writing back the
+// first byte of each of its pages (through memmove, which the compiler
+// cannot drop as a no-op store). The bytes are the out-parameter's own, so
+// nothing else sees the write. Not an atomic add of zero: under the race
+// detector atomics run in C, where a fault is not recoverable.
 func probeWritable(a uintptr, n uint64, what string) error {
 	if n == 0 {
 		return nil
@@ -144,11 +145,13 @@ func probeWritable(a uintptr, n uint64, what string) error {
 	if err := checkAddr(a, uintptr(n), what); err != nil {
 		return err
 	}
+	saved := make([]byte, 1)
 	f := guard(func() {
 		end := uint64(a) + n
 		for p := uint64(a); p < end; p = (p &^ (pageSize - 1)) + pageSize {
-			word := memory.Bytes(p&^3, 4)
-			atomic.AddUint32((*uint32)(unsafe.Pointer(&word[0])), 0)
+			b := memory.Bytes(p, 1)
+			copy(saved, b)
+			copy(b, saved)
 		}
 	})
 	if f != nil {

@@ -112,6 +112,11 @@ func (e *Engine) Alloc(size uint64, location string, perm Perm) (*Region, error)
 	if err != nil {
 		return nil, err
 	}
+	if !loc.IsCUDA() { // the CUDA allocator checks its devices itself
+		if err := checkDevice(loc); err != nil {
+			return nil, err
+		}
+	}
 	allocMu.Lock()
 	f := allocators[loc.Kind]
 	allocMu.Unlock()

@@ -200,6 +200,14 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 		p.mu.Unlock()
 		return local.Descriptor()
 	}
+	if e.dir == nil {
+		// Not an engine of this process: the name is an address, checked
+		// whole before anything dials it.
+		if err := netaddr.CheckDial(p.name); err != nil {
+			return nil, status.Errorf(status.InvalidArgument,
+				"segment name %q: with p2p metadata a segment is named by its engine's \"host:port\": %v", p.name, err)
+		}
+	}
 	addr := p.name
 	if e.dir != nil {
 		d, err := e.dir.Resolve(p.name, deadline)

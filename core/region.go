@@ -126,7 +126,11 @@ func validateDesc(d RegionDesc) (Location, error) {
 	if d.Location == "" {
 		return detectLocation(d.Addr)
 	}
-	return ParseLocation(d.Location)
+	loc, err := ParseLocation(d.Location)
+	if err != nil {
+		return Location{}, err
+	}
+	return loc, checkDevice(loc)
 }
 
 // LocationDetector finds where memory at addr lives; the CUDA support

@@ -229,6 +229,26 @@ static tent_status c_register_len(void *p) {
   tent_region *r = NULL;
   return tent_register(e, buf, SIZE_MAX, NULL, RW, &r);
 }
+/* A location naming a device that is not there (no GPU here; on a GPU
+ * machine host memory is not GPU memory either way). */
+static tent_status register_at(const char *loc) {
+  tent_region *r = NULL;
+  tent_status st = tent_register(e, other, 64, loc, RW, &r);
+  if (st == TENT_OK) tent_unregister(e, r);
+  return st;
+}
+static tent_status c_register_cuda(void *p) { (void)p; return register_at("cuda"); }
+static tent_status c_register_cuda0(void *p) { (void)p; return register_at("cuda:0"); }
+static tent_status c_register_cuda99(void *p) { (void)p; return register_at("cuda:99"); }
+static tent_status c_register_numa(void *p) { (void)p; return register_at("cpu:65535"); }
+static tent_status c_rbatch_cuda(void *p) {
+  (void)p;
+  tent_region_desc d[2] = {{other, 64, "cpu"}, {other + 4096, 64, "cuda:0"}};
+  tent_region *r[2];
+  tent_status st = tent_register_batch(e, d, 2, RW, r);
+  if (st == TENT_OK) tent_unregister_batch(e, r, 2);
+  return st;
+}
 static tent_status c_rbatch_descs(void *p) {
   tent_region *r[1];
   tent_status st = tent_register_batch(e, p, 1, RW, r);
@@ -534,6 +554,11 @@ static const struct entry table[] = {
     {"tent_register", "location", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_register_loc},
     {"tent_register", "region_out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_register_out},
     {"tent_register", "len = SIZE_MAX", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_register_len},
+    {"tent_register", "location \"cuda\" on host memory", VALUE, 0, 0, c_register_cuda},
+    {"tent_register", "location \"cuda:0\" on host memory", VALUE, 0, 0, c_register_cuda0},
+    {"tent_register", "location \"cuda:99\"", VALUE, 0, 0, c_register_cuda99},
+    {"tent_register", "location \"cpu:65535\"", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_register_numa},
+    {"tent_register_batch", "descs[1].location \"cuda:0\" on host memory", VALUE, 0, 0, c_rbatch_cuda},
     {"tent_register_batch", "descs", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_rbatch_descs},
     {"tent_register_batch", "descs[0].location", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_rbatch_loc},
     {"tent_register_batch", "regions_out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_rbatch_out},

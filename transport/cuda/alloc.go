@@ -34,6 +34,12 @@ func init() {
 		}
 		return core.CPU, nil
 	}
+	core.GPUCount = func() int {
+		if d, err := driverFn(); err == nil {
+			return d.DeviceCount()
+		}
+		return 0
+	}
 	core.RegisterAllocator("cuda", allocCUDA)
 	core.DeviceStager = stager{}
 }

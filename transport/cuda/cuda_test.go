@@ -83,6 +83,10 @@ func TestAllocRegisterDetect(t *testing.T) {
 	requireMsg(t, err, "GPU memory of cuda:0")
 	_, err = e.Register(core.RegionDesc{Addr: p, Len: 8192, Location: "cuda:1"}, rw)
 	require.Equal(t, status.InvalidArgument, status.CodeOf(err))
+	// A GPU the driver does not see.
+	_, err = e.Register(core.RegionDesc{Addr: p, Len: 8192, Location: "cuda:2"}, rw)
+	require.Equal(t, status.InvalidArgument, status.CodeOf(err))
+	requireMsg(t, err, "sees 2 GPU(s)")
 	other := make([]byte, 4096)
 	_, err = e.Register(core.RegionDesc{Addr: uint64(uintptr(unsafe.Pointer(&other[0]))), Len: 4096, Location: "cuda:0"}, rw)
 	require.Equal(t, status.InvalidArgument, status.CodeOf(err))

@@ -1,0 +1,130 @@
+package main
+
+import (
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/status"
+)
+
+// badPages maps a read-write page, a PROT_NONE page and a read-only page,
+// and returns bad pointers into them by name (tests/c/test_badinput.c runs
+// the same kinds through every function, one process per case).
+func badPages(t *testing.T) (rw uintptr, bad map[string]uintptr) {
+	t.Helper()
+	m, err := syscall.Mmap(-1, 0, 3*4096, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_PRIVATE|syscall.MAP_ANON)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = syscall.Munmap(m) })
+	require.NoError(t, syscall.Mprotect(m[4096:8192], syscall.PROT_NONE))
+	require.NoError(t, syscall.Mprotect(m[8192:], syscall.PROT_READ))
+	base := uintptr(unsafeAddr(m))
+	return base, map[string]uintptr{
+		"near-NULL":                 8,
+		"PROT_NONE":                 base + 4096,
+		"read-only":                 base + 8192,
+		"4 bytes before PROT_NONE":  base + 4096 - 4,
+		"end of the address space":  ^uintptr(0) - 3,
+		"non-canonical (kernel) va": 1 << 63,
+	}
+}
+
+// A bad out-parameter fails the call with INVALID_ARGUMENT, and what the
+// call would have created is not left behind.
+func TestBadOutParamsRollBack(t *testing.T) {
+	e, _ := newEngine(t)
+	buf, free := cMalloc(1 << 16)
+	defer free()
+	_, bad := badPages(t)
+	base := table.Len()
+	for name, p := range bad {
+		t.Run(name, func(t *testing.T) {
+			requireFail(t, status.InvalidArgument, cEngineCreateRaw(0, p))
+			requireFail(t, status.InvalidArgument, cRegisterRaw(e, buf, 4096, 0, p))
+			requireFail(t, status.InvalidArgument, cRegisterBatchOut(e, buf, 1, p))
+			out, freeOut := cMalloc(16)
+			defer freeOut()
+			requireFail(t, status.InvalidArgument, cAllocRaw(e, 4096, p, out))
+			requireFail(t, status.InvalidArgument, cAllocRaw(e, 4096, out, p))
+			requireStats(t, e, 0, 0)
+			s, r := cStats(e, 0)
+			require.Equal(t, status.OK, r.Code, r.Msg)
+			require.Zero(t, s.Allocations)
+			require.Equal(t, base, table.Len(), "a handle leaked")
+		})
+	}
+}
+
+// Bad input pointers are INVALID_ARGUMENT naming the argument, never
+// INTERNAL ("nil pointer dereference") or a crash.
+func TestBadInputPointersAreInvalidArgument(t *testing.T) {
+	e, _ := newEngine(t)
+	buf, free := cMalloc(1 << 16)
+	defer free()
+	_, bad := badPages(t)
+	out, freeOut := cMalloc(8)
+	defer freeOut()
+	for name, p := range bad {
+		if name == "read-only" {
+			continue // readable: "" is a bad location, but not a bad pointer
+		}
+		t.Run(name, func(t *testing.T) {
+			r := cRegisterRaw(e, buf, 4096, p, out)
+			requireFail(t, status.InvalidArgument, r)
+			require.Contains(t, r.Msg, "location")
+			r = cEngineCreateRaw(p, out)
+			requireFail(t, status.InvalidArgument, r)
+			require.Contains(t, r.Msg, "opts")
+			requireFail(t, status.InvalidArgument, cRegisterBatchRaw(e, p, 1, false))
+			requireFail(t, status.InvalidArgument, cUnregisterBatchRaw(e, p, 1))
+			requireStats(t, e, 0, 0)
+		})
+	}
+}
+
+// An n no array can have is INVALID_ARGUMENT before anything is read or
+// allocated for it (it used to abort the process: runtime out of memory).
+func TestAbsurdBatchCounts(t *testing.T) {
+	e, _ := newEngine(t)
+	buf, free := cMalloc(1 << 16)
+	defer free()
+	ids, freeIDs := cMalloc(8)
+	defer freeIDs()
+	for _, n := range []uint64{1 << 40, maxBatch + 1, 1<<63 + 1} {
+		r := cRegisterBatchOut(e, buf, n, ids)
+		requireFail(t, status.InvalidArgument, r)
+		require.Contains(t, r.Msg, "TENT_MAX_BATCH")
+		requireFail(t, status.InvalidArgument, cUnregisterBatchRaw(e, ids, n))
+	}
+	// Within the bound but longer than the memory: fails at the first
+	// unreadable chunk, with nothing registered.
+	rwp, _ := badPages(t)
+	d := rwp + 4096 - 24 // one tent_region_desc, then PROT_NONE
+	require.NoError(t, writeValue(d, cRegionDesc{addr: buf, len: 64}, "test"))
+	requireFail(t, status.InvalidArgument, cRegisterBatchRaw(e, d, 2, false))
+	requireStats(t, e, 0, 0)
+}
+
+// A location naming a device is checked against the devices present: no
+// CUDA driver here, so any GPU location is UNSUPPORTED, one at a time or
+// in a batch.
+func TestLocationNamingAbsentDevice(t *testing.T) {
+	if core.GPUCount != nil && core.GPUCount() > 0 {
+		t.Skip("a CUDA driver with GPUs is present")
+	}
+	e, _ := newEngine(t)
+	buf, free := cMalloc(1 << 16)
+	defer free()
+	for _, loc := range []string{"cuda", "cuda:0", "cuda:99"} {
+		_, r := cRegister(e, buf, 4096, &loc, rw, true)
+		requireFail(t, status.Unsupported, r)
+		require.Contains(t, r.Msg, "no CUDA driver")
+	}
+	loc := "cpu:65535"
+	_, r := cRegister(e, buf, 4096, &loc, rw, true)
+	requireFail(t, status.InvalidArgument, r)
+	require.Contains(t, r.Msg, "NUMA node 65535")
+	requireStats(t, e, 0, 0)
+}
