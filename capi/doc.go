@@ -13,8 +13,8 @@
 //     signature. It clears the thread's last error, fails fast with
 //     TENT_ERR_FORKED in a forked child (pthread_atfork; the Go runtime
 //     does not survive fork, so the child never enters Go), converts handle
-//     pointers to integer ids, and calls the Go export. Handle out-params
-//     are written there, on success only. Functions that never fail
+//     pointers to integer ids and every other pointer to an integer address,
+//     and calls the Go export. Functions that never fail
 //     (versions, status texts, transport names, tent_last_error) are plain
 //     C and leave the last error alone.
 //
@@ -33,13 +33,18 @@
 //
 //   - util.go holds the shared helpers: the process-wide handle table,
 //     lookupEngine/lookupRegion, engine.addChild (children of an engine
-//     die with it), cArray (C arrays with NULL and size checks),
+//     die with it),
 //     checkStructSize (versioned structs), copyOut (string results with
 //     TENT_ERR_BUFFER_TOO_SMALL and the needed length).
 //
-// Data out-params (strings, tent_stats, tent_region_info) are written by Go
-// as the last step of a successful call. Arrays of handles are read by Go
-// as integers and written by tentshim_store_regions in C.
+// Caller memory (cmem.go): Go never holds a caller's pointer as a pointer.
+// Every input struct, array and string is copied in with a fault-guarded
+// read after checkAddr refused NULL-page and overflowing addresses (structs
+// into mirrors whose pointer fields are uintptr); arrays are read in chunks
+// of at most TENT_MAX_BATCH entries, validated as they come. Every
+// out-parameter, handles included, is probed for writability before the
+// export creates anything, and written last with a fault-guarded copy; if
+// that write fails the export undoes what it created.
 //
 // # Adding a function
 //

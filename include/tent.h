@@ -11,6 +11,15 @@
  *   negative TENT_ERR_* code on failure (TENT_PENDING, positive, only where
  *   documented). Results go through trailing out-parameters, which are left
  *   untouched on failure.
+ * - Bad pointers are a status, never a crash: a pointer argument (or a
+ *   pointer field of an input struct) that is NULL where NULL is not
+ *   allowed, points into the first page, or at memory that cannot be read
+ *   (unmapped, PROT_NONE, an array or string running into such memory) is
+ *   TENT_ERR_INVALID_ARGUMENT, and so is an out-parameter that cannot be
+ *   written (also read-only memory). Out-parameters are checked before the
+ *   call creates anything; if a write still fails (the caller unmapped it
+ *   meanwhile), what the call created (handle, registration, allocation,
+ *   segment, batch) is released again before it returns.
  * - tent_last_error() explains the most recent failure on the calling
  *   thread. The return code is the truth; the message explains it.
  * - Options structs start with a `size` field (set it to sizeof the struct,
@@ -140,7 +149,10 @@ typedef struct tent_engine_options {
   uint32_t size;            /* sizeof(tent_engine_options) */
   uint32_t reserved0;       /* must be 0 */
   const char *name;         /* segment name; NULL = the listener's "host:port" */
-  const char *listen_addr;  /* NULL = "127.0.0.1:0" (loopback, any port) */
+  const char *listen_addr;  /* NULL = "127.0.0.1:0" (loopback, any port);
+                               "host:port", host empty (all interfaces), an
+                               IPv4, [IPv6] or DNS name, port 0..65535: a
+                               malformed one is INVALID_ARGUMENT */
   const char *metadata;     /* NULL or "p2p" = peer-to-peer (no server);
                                "etcd://host:port[,host:port...]" */
   const char *metadata_prefix; /* etcd key prefix; NULL = "/tent" */
@@ -242,7 +254,8 @@ tent_status tent_engine_name(tent_engine *engine, char *buf, size_t cap, size_t 
 typedef struct tent_region_desc {
   void *addr;
   size_t len;
-  const char *location; /* "cpu", "cpu:N", "cuda:N", or NULL to detect */
+  const char *location; /* "cpu", "cpu:N", "cuda:N", or NULL to detect;
+                           the device named must exist (see tent_register) */
 } tent_region_desc;
 
 /* Registers [addr, addr+len). The reservation is atomic: a concurrent
@@ -253,15 +266,22 @@ typedef struct tent_region_desc {
  * take ownership of the memory. On success *region_out is owned by the
  * caller and released with tent_unregister. With etcd metadata the region
  * is in etcd when this returns (see Publication).
+ * A location naming a device is checked against the devices present: a GPU
+ * location ("cuda", "cuda:N") in a process without a CUDA driver or GPU is
+ * TENT_ERR_UNSUPPORTED; a GPU the driver does not see, a NUMA node the
+ * machine does not have, or (with the cuda transport) memory that is not
+ * where the location says is TENT_ERR_INVALID_ARGUMENT.
  * Errors: INVALID_ARGUMENT (NULL addr, zero len, addr+len overflows,
- * unknown flags, bad location), OVERLAP, ALREADY_REGISTERED, BUSY,
- * TRANSPORT / INTERNAL (a transport failed; nothing stays registered). */
+ * unknown flags, bad location), UNSUPPORTED, OVERLAP, ALREADY_REGISTERED,
+ * BUSY, TRANSPORT / INTERNAL (a transport failed; nothing stays
+ * registered). */
 tent_status tent_register(tent_engine *engine, void *addr, size_t len, const char *location,
                           uint32_t flags, tent_region **region_out);
 
-/* Registers n regions, all or none. Entries overlapping each other are
- * TENT_ERR_INVALID_ARGUMENT. regions_out must have room for n handles; it
- * is written only on success, each handle released with tent_unregister or
+/* Registers n regions (1 <= n <= TENT_MAX_BATCH), all or none. Entries
+ * overlapping each other are TENT_ERR_INVALID_ARGUMENT. regions_out must
+ * have room for n handles (checked writable before anything is
+ * registered); it is written only on success, each handle released with tent_unregister or
  * tent_unregister_batch. The whole batch is published to etcd in one write
  * before this returns (see Publication). */
 tent_status tent_register_batch(tent_engine *engine, const tent_region_desc *descs, size_t n,
@@ -375,9 +395,11 @@ tent_status tent_topology_json(char *buf, size_t cap, size_t *len_out);
 
 /* ---- Segments ---------------------------------------------------------- */
 
-/* Opens a peer's segment by name (with p2p metadata, the peer's
- * "host:port" — anything else is TENT_ERR_INVALID_ARGUMENT; the engine's
- * own name opens itself). A peer in this process is reached directly, but
+/* Opens a peer's segment by name, at most TENT_MAX_NAME_LEN bytes. With p2p
+ * metadata the name is the peer's "host:port": an IPv4, [IPv6] or DNS host
+ * and a port in 1..65535, checked whole before anything is dialed —
+ * anything else is TENT_ERR_INVALID_ARGUMENT; the name of an engine of this
+ * process (this one included), whatever it is, opens it. A peer in this process is reached directly, but
  * only with the secret it requires, as across processes. The descriptor is
  * cached and refreshed when the peer changes. On success *segment_out is
  * owned by the caller, released with tent_segment_close.
@@ -429,8 +451,8 @@ typedef struct tent_request_status {
   uint32_t reserved;
 } tent_request_status;
 
-/* Submits n requests and returns at once. Bad input (a NULL or misaligned
- * argument, an unknown opcode, zero length, a local range that is not
+/* Submits n requests (1 <= n <= TENT_MAX_BATCH) and returns at once. Bad
+ * input (a NULL or misaligned argument, an unwritable batch_out, an unknown opcode, zero length, a local range that is not
  * registered, an invalid segment handle) fails the call with nothing
  * submitted. Remote checks (range, permission) and transfer failures are
  * reported per request. The requests array is copied. On success *batch_out
@@ -460,9 +482,11 @@ tent_status tent_batch_wait(tent_batch *batch, int64_t timeout_ms);
 tent_status tent_batch_destroy(tent_batch *batch);
 
 /* Submits, waits and releases in one call. statuses_out (may be NULL) has
- * room for n statuses; it is written only if the requests were submitted,
- * so a failure of the call itself (bad input) leaves it untouched. Returns
- * what tent_batch_wait returns. */
+ * room for n statuses; it is checked writable before anything is submitted
+ * (an unwritable one is TENT_ERR_INVALID_ARGUMENT with no data moved), and
+ * written only if the requests were submitted, so a failure of the call
+ * itself (bad input) leaves it untouched. The batch is released on every
+ * path. Returns what tent_batch_wait returns. */
 tent_status tent_transfer_sync(tent_engine *engine, const tent_request *requests, size_t n,
                                const tent_transfer_options *opts,
                                tent_request_status *statuses_out);
@@ -483,7 +507,11 @@ tent_status tent_notify_send(tent_engine *engine, tent_segment *segment, const v
  * buf and the sender's segment name, NUL-terminated, into from (may be NULL
  * when from_cap is 0). *len_out receives the message length. If buf or
  * from is too small the message stays queued, *len_out is set, and
- * TENT_ERR_BUFFER_TOO_SMALL is returned. No message: TENT_ERR_TIMEOUT. */
+ * TENT_ERR_BUFFER_TOO_SMALL is returned. No message: TENT_ERR_TIMEOUT.
+ * len_out, buf (up to min(cap, 65536) bytes) and from (up to
+ * min(from_cap, TENT_MAX_NAME_LEN + 1) bytes) are checked writable before a
+ * message is taken, so a bad buffer (TENT_ERR_INVALID_ARGUMENT) leaves the
+ * message queued. */
 tent_status tent_notify_recv(tent_engine *engine, int64_t timeout_ms, void *buf, size_t cap,
                              size_t *len_out, char *from, size_t from_cap);
 
