@@ -147,7 +147,9 @@ func Start(t testing.TB, cfg Config) *Peer {
 	p := &Peer{cmd: cmd, in: in, out: bufio.NewReader(outPipe), waitc: make(chan error, 1)}
 	go func() { p.waitc <- cmd.Wait() }()
 	t.Cleanup(p.Kill)
-	line, err := p.readLine(30 * time.Second)
+	// Generous: a -race peer that fills 64 MiB buffers on a machine whose
+	// CPUs are all busy (make test-stress) can take tens of seconds.
+	line, err := p.readLine(90 * time.Second)
 	if err != nil {
 		t.Fatalf("peer did not start: %v", err)
 	}

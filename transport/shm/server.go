@@ -235,9 +235,12 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 	if len(rawFDs) > 0 {
 		oob = unix.UnixRights(rawFDs...)
 	}
+	// Counted before the write, so whoever receives the grant already
+	// sees it counted; taken back if the write failed.
+	t.fdsSent.Add(int64(len(rawFDs)))
 	err := sc.write(out, oob)
-	if err == nil {
-		t.fdsSent.Add(int64(len(rawFDs)))
+	if err != nil {
+		t.fdsSent.Add(-int64(len(rawFDs)))
 	}
 	return out, ents, err
 }
