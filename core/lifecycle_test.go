@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -25,24 +26,39 @@ func TestCloseWaitsForPeerCopies(t *testing.T) {
 	require.NoError(t, err)
 	src, _ := buf(t, a, n, 0)
 	dst := make([]byte, n)
-	_, err = b.Register(core.RegionDesc{Addr: memory.Addr(dst), Len: n}, core.PermRemoteWrite)
+	region, err := b.Register(core.RegionDesc{Addr: memory.Addr(dst), Len: n}, core.PermRemoteWrite)
 	require.NoError(t, err)
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
+	copies := func() int64 { return a.Stats().Transports["local"]["copies"] }
 
-	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
-		Remote: memory.Addr(dst), Len: n}}, core.TransferOptions{})
-	require.NoError(t, err)
-	time.Sleep(2 * time.Millisecond) // the copy has acquired b's region and is running
+	// Close must run while the copy holds b's region. The copy runs on a
+	// goroutine of its own; catch it inside the region (a copy that ends
+	// before it is seen there proves nothing, so submit again).
+	var batch *core.Batch
+	for attempt := 1; ; attempt++ {
+		batch, err = a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
+			Remote: memory.Addr(dst), Len: n}}, core.TransferOptions{})
+		require.NoError(t, err)
+		for region.Users() == 0 && !settled(batch) {
+			runtime.Gosched()
+		}
+		if region.Users() > 0 {
+			t.Logf("copy caught inside b's region on attempt %d", attempt)
+			break
+		}
+		code, err := batch.Wait(10 * time.Second)
+		require.Equal(t, status.OK, code, "%v", err)
+		a.ReleaseBatch(batch)
+		require.Less(t, attempt, 1000, "the copy was never seen holding b's region")
+	}
+	before := copies()
 	require.NoError(t, b.Close())
 
-	// b is closed: its owner believes nothing touches dst any more and reuses it.
-	stillRunning := false
-	select {
-	case <-batch.Settled():
-	default:
-		stillRunning = true
-	}
+	// The copy counts itself before it lets go of the region, so once Close
+	// returns it must be counted. b is closed: its owner believes nothing
+	// touches dst any more and reuses it.
+	finished := copies() > before
 	clear(dst)
 	code, _ := batch.Wait(10 * time.Second)
 	nonZero := 0
@@ -51,8 +67,19 @@ func TestCloseWaitsForPeerCopies(t *testing.T) {
 			nonZero++
 		}
 	}
-	t.Logf("copy still running when b.Close returned: %v; outcome %v; %d bytes of dst written after Close", stillRunning, code, nonZero)
-	require.False(t, stillRunning, "b.Close returned while a peer was still writing into b's registered memory")
+	t.Logf("copy finished when b.Close returned: %v; outcome %v; %d bytes of dst written after Close", finished, code, nonZero)
+	require.True(t, finished, "b.Close returned while a peer was still writing into b's registered memory")
+	require.Zero(t, nonZero, "dst written after b.Close returned")
+}
+
+// settled reports, without waiting, whether the batch has ended.
+func settled(b *core.Batch) bool {
+	select {
+	case <-b.Settled():
+		return true
+	default:
+		return false
+	}
 }
 
 // A peer holds the region exactly as the local transport's copy (and the
@@ -65,12 +92,19 @@ func TestCloseWaitsForAcquiredRegion(t *testing.T) {
 	require.NoError(t, err)
 	held, err := e.Acquire(memory.Addr(mem), 4096, core.AccessRemoteWrite)
 	require.NoError(t, err)
-	go func() { time.Sleep(300 * time.Millisecond); e.Release(held) }()
-	start := time.Now()
+	// The peer holds the region a while (any length does): Close must not
+	// return before it lets go.
+	released := make(chan time.Time, 1)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		released <- time.Now()
+		e.Release(held)
+	}()
 	require.NoError(t, e.Close())
-	took := time.Since(start)
-	t.Logf("Close returned after %v while a peer held the region for 300ms", took)
-	require.GreaterOrEqual(t, took, 300*time.Millisecond, "Close returned while the region was still in use")
+	closed := time.Now()
+	releasedAt := <-released
+	t.Logf("Close returned %v after the peer released the region", closed.Sub(releasedAt))
+	require.False(t, closed.Before(releasedAt), "Close returned while the region was still in use")
 }
 
 // An Unregister waiting on a busy region while Close runs: both finish, and
@@ -90,8 +124,8 @@ func TestUnregisterRacingCloseKeepsCounters(t *testing.T) {
 			e.Release(x)
 		}
 		return err != nil // closing: unregister is waiting
-	}, time.Second, time.Millisecond)
-	go func() { time.Sleep(50 * time.Millisecond); e.Release(held) }()
+	}, 10*time.Second, time.Millisecond)
+	go func() { time.Sleep(50 * time.Millisecond); e.Release(held) }() // Close starts waiting first, or not: both must work
 	require.NoError(t, e.Close(), "Close waits for the user, then both finish")
 	require.NoError(t, <-done)
 	st := e.Stats()
@@ -333,7 +367,7 @@ func TestUninstallKeepsNewInstancesHandler(t *testing.T) {
 	defer c.Close()
 	select {
 	case <-fresh.got:
-	case <-time.After(time.Second):
+	case <-time.After(10 * time.Second): // a bound for a lost connection, not the wait
 		t.Fatal("the installed transport never receives its connections: the old Uninstall cleared its handler")
 	}
 }
