@@ -170,6 +170,7 @@ func TestPeerKilledMidBatch(t *testing.T) {
 		mu      sync.Mutex
 		seen    = map[status.Code]int{}
 		slowest time.Duration
+		batches atomic.Int64 // ended
 	)
 	for w := uint64(0); w < 2; w++ {
 		wg.Add(1)
@@ -197,12 +198,19 @@ func TestPeerKilledMidBatch(t *testing.T) {
 				}
 				slowest = max(slowest, el)
 				mu.Unlock()
+				batches.Add(1)
 			}
 		}()
 	}
-	time.Sleep(150 * time.Millisecond)
+	// Both workers are moving data when the peer dies, and go on until
+	// their batches have seen it.
+	require.Eventually(t, func() bool { return batches.Load() >= 4 }, time.Minute, time.Millisecond)
 	peer.Kill()
-	time.Sleep(500 * time.Millisecond)
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return seen[status.TransportError]+seen[status.Timeout] > 0
+	}, time.Minute, time.Millisecond, "the kill was never noticed")
 	stop.Store(true)
 	wg.Wait()
 	t.Logf("request outcomes: %v; slowest batch %v", seen, slowest)
@@ -246,6 +254,21 @@ func peertestSum(t *testing.T, p *peertest.Peer, i int, lo, hi uint64) string {
 	return peertest.Sum(buf)
 }
 
+// allCanceled reports whether tr has jobs and Cancel marked every request
+// of each.
+func allCanceled(tr *Transport) bool {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	for j := range tr.jobs {
+		for i := range j.cancel {
+			if !j.cancel[i].Load() {
+				return false
+			}
+		}
+	}
+	return len(tr.jobs) > 0
+}
+
 // Canceling a batch: requests not yet copied complete with ErrCanceled
 // (nothing reaches the peer), whether the job holds its lease or still
 // waits for the grant; a grant that arrives for nobody is released.
@@ -272,8 +295,13 @@ func TestCancel(t *testing.T) {
 		require.NoError(t, err)
 		<-entered
 		testHookBeforeCopy.Store(nil)
-		time.AfterFunc(50*time.Millisecond, func() { close(release) })
-		require.True(t, b.Cancel(), "the transport let go of every request")
+		// Cancel waits for the job, which is held before its copy: let it go
+		// once Cancel has marked every request, never before.
+		canceled := make(chan bool, 1)
+		go func() { canceled <- b.Cancel() }()
+		require.Eventually(t, func() bool { return allCanceled(tr) }, 10*time.Second, time.Millisecond)
+		close(release)
+		require.True(t, <-canceled, "the transport let go of every request")
 		st := make([]core.RequestStatus, b.Len())
 		b.Status(st)
 		for i := range st {

@@ -189,23 +189,35 @@ func TestTargetEnforcesLeases(t *testing.T) {
 		require.Eventually(t, func() bool { return tr.Stats()["leases"] == 0 }, 5*time.Second, time.Millisecond)
 	})
 
+	// Everything given out above is back: uninstalling leaves nothing.
+	require.NoError(t, target.Uninstall("shm"))
+	requireIdle(t, tr, false)
+
 	// Uninstall does not pull memory from under a granted copy: it refuses
-	// new leases and waits for the held ones (at most UnregisterTimeout).
-	_, g, _ := rc.lease(t, 6, time.Minute, leaseEntry{core.OpRead, rro.Addr, 8})
+	// new leases and waits for the held ones (at most UnregisterTimeout,
+	// here longer than any test run, so that the wait ends with the
+	// release however slow the machine).
+	patient, ptr := newEngine(t, core.Options{UnregisterTimeout: time.Hour})
+	ro := make([]byte, 64)
+	_, err = patient.Register(core.RegionDesc{Addr: memory.Addr(ro), Len: 64}, core.PermRemoteRead)
+	require.NoError(t, err)
+	prc, err := dialRaw(t, ptr.addr, nil)
+	require.NoError(t, err)
+	_, g, _ := prc.lease(t, 6, time.Minute, leaseEntry{core.OpRead, memory.Addr(ro), 8})
 	require.Equal(t, status.OK, g[0].code)
 	done := make(chan time.Time, 1)
 	go func() {
-		_ = target.Uninstall("shm")
+		_ = patient.Uninstall("shm")
 		done <- time.Now()
 	}()
-	require.Eventually(t, func() bool { return tr.closing.Load() }, 5*time.Second, time.Millisecond)
-	_, g, _ = rc.lease(t, 7, time.Minute, leaseEntry{core.OpRead, rro.Addr, 8})
+	require.Eventually(t, func() bool { return ptr.closing.Load() }, 10*time.Second, time.Millisecond)
+	_, g, _ = prc.lease(t, 7, time.Minute, leaseEntry{core.OpRead, memory.Addr(ro), 8})
 	require.Equal(t, status.Closed, g[0].code, "no new leases while shutting down")
-	time.Sleep(50 * time.Millisecond)
+	time.Sleep(50 * time.Millisecond) // a chance to return early; any length does
 	released := time.Now()
-	rc.release(t, 6)
+	prc.release(t, 6)
 	require.True(t, (<-done).After(released), "Uninstall waited for the release")
-	requireIdle(t, tr, false)
+	requireIdle(t, ptr, false)
 
 	// A lease that is never released holds Uninstall for UnregisterTimeout.
 	target2, tr2 := newEngine(t, core.Options{UnregisterTimeout: 200 * time.Millisecond})
