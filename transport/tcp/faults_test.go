@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,9 +24,12 @@ import (
 type fakePeer struct {
 	t    testing.TB
 	ln   net.Listener
-	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "slow": answer late
+	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "late": answer at answerAt
 	desc []byte
 	inc  uint64
+	// answerAt (unix nanoseconds) is when a "late" peer answers the WRITEs
+	// it has read; zero: at once.
+	answerAt atomic.Int64
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -124,7 +128,7 @@ func (f *fakePeer) serve(c net.Conn) {
 			_, _ = io.ReadFull(c, make([]byte, 1000))
 			_ = c.(*net.TCPConn).SetLinger(0)
 			c.Close()
-		case "slow": // answers each WRITE, 400ms after it arrived
+		case "late":
 			hdr := make([]byte, 24)
 			for {
 				if _, err := io.ReadFull(c, hdr); err != nil {
@@ -134,7 +138,13 @@ func (f *fakePeer) serve(c net.Conn) {
 				if _, err := io.CopyN(io.Discard, c, int64(n)); err != nil {
 					return
 				}
-				time.Sleep(400 * time.Millisecond)
+				if at := f.answerAt.Load(); at != 0 {
+					select {
+					case <-time.After(time.Until(time.Unix(0, at))):
+					case <-f.done:
+						return
+					}
+				}
 				reply := make([]byte, 24)
 				reply[0] = hdr[0]
 				copy(reply[8:16], hdr[8:16])
@@ -332,18 +342,24 @@ func TestPeerKilledMidBatch(t *testing.T) {
 // The socket deadline left from a batch that completed does not fail a
 // later batch with a longer deadline: it is moved when it fires.
 func TestStaleDeadline(t *testing.T) {
-	f := startFake(t, "slow")
+	f := startFake(t, "late")
 	e, tr := newEngine(t, core.Options{TCPStreams: 1})
 	local := register(t, e, 4096, 0)
 	seg, err := e.OpenSegment(f.addr())
 	require.NoError(t, err)
 	req := []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 4096}}
-	code, _, err := run(t, e, req, 600*time.Millisecond) // answered after 400ms
+	first, err := e.Submit(req, core.TransferOptions{Timeout: 2 * time.Second}) // answered at once
+	require.NoError(t, err)
+	code, err := first.Wait(10 * time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
-	start := time.Now()
-	code, _, err = run(t, e, req, 5*time.Second) // answered after the first deadline
+	stale := first.Deadline()
+	e.ReleaseBatch(first)
+	// The next answer comes only after the first batch's deadline, which
+	// the socket still carries, has fired.
+	f.answerAt.Store(stale.Add(100 * time.Millisecond).UnixNano())
+	code, _, err = run(t, e, req, 30*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
-	require.Greater(t, time.Since(start), 300*time.Millisecond)
+	require.True(t, time.Now().After(stale), "answered after the first deadline")
 	require.EqualValues(t, 1, tr.Stats()["dials"], "the connection was kept")
 	require.Zero(t, tr.Stats()["timeouts"])
 }

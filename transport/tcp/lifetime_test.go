@@ -291,8 +291,13 @@ func TestUninstallDuringDial(t *testing.T) {
 	go func() {
 		done <- tr.Raw(ln.Addr().String(), 1, core.OpWrite, memory.Addr(src), 0x1000, 64, 30*time.Second)
 	}()
-	require.Eventually(t, func() bool { return tr.Stats()["dials"] == 1 }, 5*time.Second, time.Millisecond)
-	time.Sleep(50 * time.Millisecond) // into the handshake
+	require.Eventually(t, func() bool { return tr.Stats()["dials"] == 1 }, 10*time.Second, time.Millisecond)
+	// Accepted: the dial is done and the client waits in the handshake.
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(held) == 1
+	}, 10*time.Second, time.Millisecond)
 	start := time.Now()
 	require.NoError(t, e.Uninstall("tcp"))
 	require.Less(t, time.Since(start), 2*time.Second)
