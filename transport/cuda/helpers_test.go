@@ -160,10 +160,11 @@ func peerFake(t *testing.T, p *peertest.Peer) fakecuda.Counters {
 	return c
 }
 
-// eventually polls cond for up to 5 s.
+// eventually polls cond for up to 30 s: a bound for a condition that never
+// comes, long enough for a loaded machine.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
