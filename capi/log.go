@@ -26,23 +26,26 @@ const (
 // logs is the process's one log sink; every engine logs through it. The
 // library owns it here, at the boundary: library packages only ever get a
 // *slog.Logger.
-var logs = openLogSink(os.Getenv, os.Stderr)
+var logs = openProcessLog(os.Getenv, os.Stderr)
 
-// defaultLogOutput is where lines go without a callback: TENT_LOG_FILE,
-// else stderr. Fixed at load.
-var defaultLogOutput io.Writer = os.Stderr
+// processLog is the sink and where its lines go without a callback
+// (TENT_LOG_FILE, else stderr; fixed at load).
+type processLog struct {
+	*logsink.Sink
+	defaultOut io.Writer
+}
 
-// openLogSink builds the sink from the environment: warnings and errors to
-// stderr unless TENT_LOG and TENT_LOG_FILE say otherwise. A bad value is
-// reported as a warning through the sink, and the default kept.
-func openLogSink(getenv func(string) string, stderr io.Writer) *logsink.Sink {
-	s := logsink.New(logsink.Warn, stderr)
+// openProcessLog builds the sink from the environment: warnings and
+// errors to stderr unless TENT_LOG and TENT_LOG_FILE say otherwise. A bad
+// value is reported as a warning through the sink, and the default kept.
+func openProcessLog(getenv func(string) string, stderr io.Writer) processLog {
+	p := processLog{Sink: logsink.New(logsink.Warn, stderr), defaultOut: stderr}
 	var problems []string
 	if v := getenv(envLogLevel); v != "" {
 		if l, err := logsink.ParseLevel(v); err != nil {
 			problems = append(problems, fmt.Sprintf("%s: %v; keeping %s", envLogLevel, err, logsink.Warn))
 		} else {
-			s.SetLevel(l)
+			p.SetLevel(l)
 		}
 	}
 	if path := getenv(envLogFile); path != "" {
@@ -51,14 +54,14 @@ func openLogSink(getenv func(string) string, stderr io.Writer) *logsink.Sink {
 			problems = append(problems, fmt.Sprintf("%s: %v; logging to stderr", envLogFile, err))
 		} else {
 			// Never closed: the library logs until the process exits.
-			s.SetWriter(f)
-			defaultLogOutput = f
+			p.SetWriter(f)
+			p.defaultOut = f
 		}
 	}
-	for _, p := range problems {
-		s.Logger().Warn(p)
+	for _, msg := range problems {
+		p.Logger().Warn(msg)
 	}
-	return s
+	return p
 }
 
 //export tentgo_log_set_level
@@ -87,7 +90,7 @@ func tentgo_log_set_callback(fn, user C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("log_set_callback")
 	if fn == 0 {
-		logs.SetWriter(defaultLogOutput)
+		logs.SetWriter(logs.defaultOut)
 		return ok()
 	}
 	logs.SetCallback(func(l logsink.Level, line string) {

@@ -165,3 +165,16 @@ def test_tent_level_mapping():
     assert _log.tent_level(25) == _lib.TENT_LOG_WARN
     assert _log.tent_level(logging.ERROR) == _lib.TENT_LOG_ERROR
     assert _log.tent_level(logging.ERROR + 1) == _lib.TENT_LOG_OFF
+
+
+def test_transports_lists_only_what_can_serve(engine):
+    from conftest import has_gpu
+
+    s = engine.stats()
+    unavailable = s["unavailable"]
+    assert isinstance(unavailable, dict)
+    assert not set(unavailable) & set(engine.transports), "a transport is either installed or unavailable"
+    if not has_gpu():
+        assert "cuda" not in engine.transports
+    if "cuda" not in engine.transports:
+        assert unavailable.get("cuda"), f"no reason given for the missing cuda transport: {s}"
