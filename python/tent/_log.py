@@ -28,7 +28,7 @@ import threading
 from typing import Optional, Union
 
 from . import _lib
-from ._errors import InvalidArgument, check
+from ._errors import Busy, InvalidArgument, check
 
 logger = logging.getLogger("tent")
 
@@ -52,6 +52,10 @@ _NAMES = {
 }
 
 _lock = threading.Lock()
+# Set on a thread while it handles a line from the library: that thread
+# holds the library's log lock, so changing the sink from it would wait on
+# a thread that waits (under _lock) for that log lock.
+_inside = threading.local()
 # The ctypes callback the library holds: it must stay alive while the
 # library may call it, i.e. for the life of the process.
 _callback: Optional[object] = None
@@ -74,11 +78,14 @@ def tent_level(python_level: int) -> int:
 def _forward(level: int, msg: Optional[bytes], _user: Optional[int]) -> None:
     # Called by the library, on any thread, with its log lock held: it
     # must never raise into C (ctypes would only print the traceback).
+    _inside.active = True
     try:
         text = msg.decode("utf-8", "replace") if msg else ""
         logger.log(_TO_PYTHON.get(level, logging.ERROR), "%s", text)
     except BaseException:  # noqa: BLE001 - nothing may escape into C
         pass
+    finally:
+        _inside.active = False
 
 
 def environment_overrides() -> bool:
@@ -93,9 +100,16 @@ def _restore_default() -> None:
         _lib.lib().tent_log_set_callback(_lib.tent_log_fn(), None)  # a NULL fn
 
 
+def _refuse_inside_a_record() -> None:
+    if getattr(_inside, "active", False):
+        raise Busy("tent: called while handling one of tent's own log records (a logging handler or filter "
+                   "must not change tent's logging or create engines)")
+
+
 def forward() -> None:
     """Installs the forwarding callback (once) and syncs the level."""
     global _callback
+    _refuse_inside_a_record()
     dll = _lib.lib()
     with _lock:
         if _callback is None:
@@ -117,7 +131,10 @@ def set_log_level(level: Union[int, str]) -> None:
     or a name (``"debug"``, ``"info"``, ``"warn"``/``"warning"``,
     ``"error"``, ``"off"``). It sets the ``"tent"`` logger's level and the
     library's, and forwards the library's lines to that logger (unless
-    TENT_LOG or TENT_LOG_FILE is set)."""
+    TENT_LOG or TENT_LOG_FILE is set). Raises Busy when called from a
+    handler or filter that is handling one of tent's records, and
+    InvalidArgument for an unknown level."""
+    _refuse_inside_a_record()  # before anything changes
     if isinstance(level, str):
         py = _NAMES.get(level.strip().lower())
         if py is None:

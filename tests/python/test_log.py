@@ -159,6 +159,31 @@ def test_busy_inside_the_callback(tent_logger_restored, no_env_override):
     assert tent.get_log_level() == _lib.TENT_LOG_DEBUG
 
 
+def test_set_log_level_inside_a_handler_is_busy(tent_logger_restored, no_env_override):
+    """tent.set_log_level from a handler raises Busy instead of waiting
+    for the log lock its own thread holds."""
+    got = []
+
+    class Reenter(logging.Handler):
+        def emit(self, record):
+            if not got:
+                try:
+                    tent.set_log_level("error")
+                    got.append("no error")
+                except tent.Busy as e:
+                    got.append(e)
+
+    h = Reenter()
+    tent_logger_restored.addHandler(h)
+    try:
+        tent.set_log_level("debug")
+        transfer_in_process()
+    finally:
+        tent_logger_restored.removeHandler(h)
+    assert len(got) == 1 and isinstance(got[0], tent.Busy), got
+    assert tent.get_log_level() == _lib.TENT_LOG_DEBUG
+
+
 def test_tent_level_mapping():
     assert _log.tent_level(logging.NOTSET) == _lib.TENT_LOG_DEBUG
     assert _log.tent_level(logging.INFO) == _lib.TENT_LOG_INFO
