@@ -42,6 +42,9 @@ func tentgo_register(id C.uint64_t, addr C.uintptr_t, length C.size_t, loc C.uin
 	if err := probeWritable(uintptr(out), 8, "region_out"); err != nil {
 		return fail(err)
 	}
+	if err := checkRegionAddr(uintptr(addr)); err != nil {
+		return fail(err)
+	}
 	l, err := location(uintptr(loc), "location")
 	if err != nil {
 		return fail(err)
@@ -98,6 +101,9 @@ func tentgo_register_batch(id C.uint64_t, descs C.uintptr_t, n C.size_t, flags C
 	}
 	var ds []core.RegionDesc
 	err = readArray(uintptr(descs), uint64(n), maxBatch, "descs", func(i int, d *cRegionDesc) error {
+		if err := checkRegionAddr(d.addr); err != nil {
+			return status.Errorf(status.InvalidArgument, "entry %d: %w", i, err)
+		}
 		l, err := location(d.location, "location")
 		if err != nil {
 			return status.Errorf(status.InvalidArgument, "entry %d: %w", i, err)
@@ -135,6 +141,16 @@ func tentgo_register_batch(id C.uint64_t, descs C.uintptr_t, n C.size_t, flags C
 		return fail(err)
 	}
 	return ok()
+}
+
+// checkRegionAddr refuses memory in the NULL page: nothing is ever mapped
+// there, so such an address is a bug of the caller (NULL itself is the
+// core's "null address" error).
+func checkRegionAddr(a uintptr) error {
+	if a != 0 && a < minAddr {
+		return status.Errorf(status.InvalidArgument, "addr %#x is inside the NULL page: not memory that can be registered", a)
+	}
+	return nil
 }
 
 func addRegionHandle(e *engine, r *core.Region) (C.uint64_t, error) {

@@ -271,7 +271,7 @@ typedef struct tent_region_desc {
  * TENT_ERR_UNSUPPORTED; a GPU the driver does not see, a NUMA node the
  * machine does not have, or (with the cuda transport) memory that is not
  * where the location says is TENT_ERR_INVALID_ARGUMENT.
- * Errors: INVALID_ARGUMENT (NULL addr, zero len, addr+len overflows,
+ * Errors: INVALID_ARGUMENT (NULL or NULL-page addr, zero len, addr+len overflows,
  * unknown flags, bad location), UNSUPPORTED, OVERLAP, ALREADY_REGISTERED,
  * BUSY, TRANSPORT / INTERNAL (a transport failed; nothing stays
  * registered). */

@@ -47,6 +47,8 @@ static const char *const kind_names[NKINDS] = {"NULL", "(void*)8", "PROT_NONE", 
 #define VALUE (1u << K_VALUE)
 #define OK_NULL (1u << K_NULL)
 #define OK_RO (1u << K_RO)
+#define OK_NONE (1u << K_NONE)
+#define OK_EDGE (1u << K_EDGE)
 #define OK_ALL (PTRS | VALUE)
 
 /* page 0: read-write, filled with 0xA5 (no NUL: strings run into page 1);
@@ -558,7 +560,9 @@ static const struct entry table[] = {
     {"tent_engine_name", "len_out", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_name_len},
     {"tent_engine_name", "cap = SIZE_MAX, short buf", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_name_cap},
 
-    {"tent_register", "addr", PTRS, PTRS, 0, c_register_addr},
+    /* Registration does not touch the memory: unmapped memory may be
+     * registered (a transfer touching it fails); the NULL page may not. */
+    {"tent_register", "addr", PTRS, OK_NONE | OK_RO | OK_EDGE, TENT_ERR_INVALID_ARGUMENT, c_register_addr},
     {"tent_register", "location", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_register_loc},
     {"tent_register", "region_out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_register_out},
     {"tent_register", "len = SIZE_MAX", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_register_len},
