@@ -60,5 +60,6 @@
 // code in the library) wraps the public C functions for the Go tests, which
 // therefore exercise the same path as C callers. testHook lets a test make
 // any export panic; nothing reachable from C sets it. The C tests in
-// tests/c call libtent.so itself.
+// tests/c call libtent.so itself; tests/c/test_badinput.c runs every
+// function with bad pointers and counts, one process per case.
 package main

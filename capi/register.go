@@ -99,7 +99,7 @@ func tentgo_register_batch(id C.uint64_t, descs C.uintptr_t, n C.size_t, flags C
 	case out == 0:
 		return fail(status.Errorf(status.InvalidArgument, "regions_out is NULL"))
 	}
-	var ds []core.RegionDesc
+	ds := make([]core.RegionDesc, 0, min(uint64(n), 4096)) // n is the caller's claim
 	err = readArray(uintptr(descs), uint64(n), maxBatch, "descs", func(i int, d *cRegionDesc) error {
 		if err := checkRegionAddr(d.addr); err != nil {
 			return status.Errorf(status.InvalidArgument, "entry %d: %w", i, err)

@@ -240,7 +240,8 @@ func submit(e *engine, requests uintptr, n C.size_t, opts uintptr) (*core.Batch,
 	if err != nil {
 		return nil, err
 	}
-	var reqs []core.TransferRequest
+	// Capacity from n only up to a chunk's worth: n is the caller's claim.
+	reqs := make([]core.TransferRequest, 0, min(uint64(n), 4096))
 	var lastID uintptr
 	var last *segment
 	err = readArray(requests, uint64(n), maxBatch, "requests", func(i int, c *cRequest) error {
