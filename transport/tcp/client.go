@@ -148,10 +148,11 @@ func (c *conn) fail(err error) {
 	c.t.conns.Add(-1)
 	c.t.dropConn(c)
 	code := status.CodeOf(err)
-	if code == status.Closed {
-		c.t.log.Debug("tcp connection closed", "addr", c.pool.key.addr, "slot", c.slot, "reason", err)
-	} else {
+	if code != status.Closed && len(held) > 0 {
+		// Requests lost their connection: worth a line above debug.
 		c.t.log.Info("tcp connection failed", "addr", c.pool.key.addr, "slot", c.slot, "requests_failed", len(held), "err", err)
+	} else {
+		c.t.log.Debug("tcp connection closed", "addr", c.pool.key.addr, "slot", c.slot, "reason", err)
 	}
 	if code == status.Timeout {
 		c.t.timeouts.Add(1)
