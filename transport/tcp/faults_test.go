@@ -265,6 +265,13 @@ func TestReconnectAfterDrop(t *testing.T) {
 		require.Contains(t, []status.Code{status.OK, status.TransportError}, s.Code)
 	}
 	a.ReleaseBatch(bt)
+	// A connection learns of the reset when its reader gets it; one the
+	// batch no longer used may not have yet, and a write to it would fail.
+	// Wait until the initiator holds only connections the target still
+	// serves (those dialed after the reset); the next batch must then work.
+	require.Eventually(t, func() bool {
+		return ta.Stats()["connections"] == tb.Stats()["server_connections"]
+	}, 10*time.Second, time.Millisecond, "the initiator never noticed the dropped connections")
 
 	code, _, err := run(t, a, reqs, 10*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
