@@ -22,7 +22,9 @@ import (
 func TestCloseWaitsForPeerCopies(t *testing.T) {
 	const n = 64 << 20
 	a := newLocalEngine(t, core.Options{})
-	b, err := core.New(core.Options{Transports: []string{"local"}})
+	// Close waits for the copy however slow the machine (the timeout only
+	// bounds a copy that never ends).
+	b, err := core.New(core.Options{Transports: []string{"local"}, UnregisterTimeout: time.Minute})
 	require.NoError(t, err)
 	src, _ := buf(t, a, n, 0)
 	dst := make([]byte, n)
@@ -36,7 +38,9 @@ func TestCloseWaitsForPeerCopies(t *testing.T) {
 	// goroutine of its own; catch it inside the region (a copy that ends
 	// before it is seen there proves nothing, so submit again).
 	var batch *core.Batch
+	var before int64 // copies counted before the batch
 	for attempt := 1; ; attempt++ {
+		before = copies()
 		batch, err = a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
 			Remote: memory.Addr(dst), Len: n}}, core.TransferOptions{})
 		require.NoError(t, err)
@@ -52,7 +56,6 @@ func TestCloseWaitsForPeerCopies(t *testing.T) {
 		a.ReleaseBatch(batch)
 		require.Less(t, attempt, 1000, "the copy was never seen holding b's region")
 	}
-	before := copies()
 	require.NoError(t, b.Close())
 
 	// The copy counts itself before it lets go of the region, so once Close
