@@ -22,8 +22,10 @@ import (
 
 func TestMain(m *testing.M) {
 	// gpulike SIZE: SIZE bytes of host memory registered as cuda:0 in a
-	// peer without CUDA support; answers the address.
+	// peer that sees a GPU but has no CUDA support to stage it with;
+	// answers the address.
 	peertest.Commands["gpulike"] = func(e *core.Engine, args []string) (string, error) {
+		core.GPUCount = func() int { return 1 } // only in the peer's process
 		size, err := strconv.Atoi(args[0])
 		if err != nil {
 			return "", err
