@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"encoding/json"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -179,6 +180,7 @@ func hostBuf(t *testing.T, e *core.Engine, n uint64) ([]byte, *core.Region) {
 	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: n}, rw)
 	require.NoError(t, err)
 	require.Equal(t, "cpu", r.Loc.Kind)
+	t.Cleanup(func() { runtime.KeepAlive(b) }) // the engine holds only the address
 	return b, r
 }
 

@@ -65,6 +65,7 @@ func localBuf(t testing.TB, e *core.Engine, n int) []byte {
 	_, _ = rand.Read(b)
 	_, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: uint64(n)}, rw)
 	require.NoError(t, err)
+	t.Cleanup(func() { runtime.KeepAlive(b) }) // the engine holds only the address
 	return b
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"time"
@@ -79,6 +80,10 @@ func register(t testing.TB, e *core.Engine, n int, perm core.Perm) []byte {
 	b := make([]byte, n)
 	_, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: uint64(n)}, perm)
 	require.NoError(t, err)
+	// The engine holds only the address: a test that passes nothing but
+	// the address on (to a load running while the engine closes) must not
+	// let the collector free the memory under the transport.
+	t.Cleanup(func() { runtime.KeepAlive(b) })
 	return b
 }
 
