@@ -3,6 +3,7 @@ package core_test
 import (
 	"bytes"
 	"crypto/rand"
+	"runtime"
 	"testing"
 	"time"
 
@@ -23,6 +24,7 @@ func buf(t *testing.T, e *core.Engine, n int, perm core.Perm) ([]byte, *core.Reg
 	_, _ = rand.Read(b)
 	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: uint64(n)}, perm)
 	require.NoError(t, err)
+	t.Cleanup(func() { runtime.KeepAlive(b) }) // the engine holds only the address
 	return b, r
 }
 
