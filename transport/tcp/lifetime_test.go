@@ -132,7 +132,7 @@ func TestTeardownUnderLoad(t *testing.T) {
 				t.Fatal(how + " hangs")
 			}
 			requireIdle(t, tr)
-			time.Sleep(50 * time.Millisecond)
+			time.Sleep(50 * time.Millisecond) // the load goes on against the torn-down engine a while; any length does
 			close(stop)
 			require.Positive(t, wait())
 			requireIdle(t, tr)
@@ -216,7 +216,7 @@ func TestCancel(t *testing.T) {
 		code, _ := b.Wait(0)
 		require.Equal(t, status.Canceled, code)
 		e.ReleaseBatch(b)
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // replies keep arriving meanwhile; any length does
 		require.True(t, bytes.Equal(local, make([]byte, len(local))), "local memory written after Cancel")
 	}
 	require.Eventually(t, func() bool { return tr.Stats()["requests_in_flight"] == 0 }, 5*time.Second, time.Millisecond)
