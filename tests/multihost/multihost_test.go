@@ -19,6 +19,7 @@ import (
 	"github.com/tent-dev/tent/cuda/fakecuda"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/internal/peertest/gpuaccess"
 	"github.com/tent-dev/tent/internal/testenv"
 	"github.com/tent-dev/tent/status"
 	_ "github.com/tent-dev/tent/transport/cuda"
@@ -27,32 +28,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	peertest.Accessors["cuda"] = gpuAccessor{}
+	peertest.Accessors["cuda"] = gpuaccess.Accessor{}
 	peertest.Commands["xfer"] = xferCmd
 	peertest.Commands["stat"] = statCmd
 	peertest.Commands["open"] = openCmd
 	peertest.Main()
 	os.Exit(m.Run())
-}
-
-// gpuAccessor lets peertest fill and sum GPU buffers through the driver.
-type gpuAccessor struct{}
-
-func (gpuAccessor) Read(addr, n uint64) ([]byte, error) {
-	d, err := cu.Default()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, n)
-	return b, d.CopyDtoH(b, addr)
-}
-
-func (gpuAccessor) Write(addr uint64, b []byte) error {
-	d, err := cu.Default()
-	if err != nil {
-		return err
-	}
-	return d.CopyHtoD(addr, b)
 }
 
 // xferCmd ("xfer read|write SEGMENT ADDR LEN") moves LEN bytes between a

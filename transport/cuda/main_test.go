@@ -17,6 +17,7 @@ import (
 	"github.com/tent-dev/tent/cuda/fakecuda"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/internal/peertest/gpuaccess"
 	"github.com/tent-dev/tent/status"
 	_ "github.com/tent-dev/tent/transport/local"
 	_ "github.com/tent-dev/tent/transport/tcp"
@@ -24,26 +25,6 @@ import (
 
 // childEnv selects a child mode of the test binary other than peertest's.
 const childEnv = "TENT_CUDA_TEST_CHILD"
-
-// gpuAccessor lets peertest fill and sum GPU buffers through the driver.
-type gpuAccessor struct{}
-
-func (gpuAccessor) Read(addr, n uint64) ([]byte, error) {
-	d, err := cu.Default()
-	if err != nil {
-		return nil, err
-	}
-	b := make([]byte, n)
-	return b, d.CopyDtoH(b, addr)
-}
-
-func (gpuAccessor) Write(addr uint64, b []byte) error {
-	d, err := cu.Default()
-	if err != nil {
-		return err
-	}
-	return d.CopyHtoD(addr, b)
-}
 
 // processFake opens the fake driver this (peer) process loaded.
 func processFake() (*fakecuda.Fake, error) {
@@ -55,7 +36,7 @@ func processFake() (*fakecuda.Fake, error) {
 }
 
 func TestMain(m *testing.M) {
-	peertest.Accessors["cuda"] = gpuAccessor{}
+	peertest.Accessors["cuda"] = gpuaccess.Accessor{}
 	peertest.Commands["handshake"] = handshakeCmd
 	peertest.Commands["fds"] = func(_ *core.Engine, args []string) (string, error) {
 		n, err := countFDs()
