@@ -15,7 +15,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	cu "github.com/tent-dev/tent/cuda"
 	"github.com/tent-dev/tent/cuda/fakecuda"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
