@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"errors"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -152,7 +153,7 @@ func (c *conn) fail(err error) {
 		// Requests lost their connection: worth a line above debug.
 		c.t.log.Info("tcp connection failed", "addr", c.pool.key.addr, "slot", c.slot, "requests_failed", len(held), "err", err)
 	} else {
-		c.t.log.Debug("tcp connection closed", "addr", c.pool.key.addr, "slot", c.slot, "reason", err)
+		c.t.log.Debug("tcp connection closed", "addr", c.pool.key.addr, "slot", c.slot, "requests_failed", len(held), "reason", closeReason(err, len(held)))
 	}
 	if code == status.Timeout {
 		c.t.timeouts.Add(1)
@@ -500,4 +501,13 @@ func (r *ring) drain(f func(*chunk)) {
 	for r.size > 0 {
 		f(r.pop())
 	}
+}
+
+// closeReason words why a connection closed for its log line: the error
+// that closed it names requests in flight, which is wrong when none were.
+func closeReason(err error, held int) string {
+	if held == 0 && errors.Is(err, core.ErrUninstalled) {
+		return "transport uninstalled"
+	}
+	return err.Error()
 }
