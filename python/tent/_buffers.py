@@ -19,13 +19,17 @@ Accepted, in this order:
    default stream (``stream=None``): synchronize your own stream first.
 
 Non-contiguous memory is a ValueError (``tent.InvalidArgument``); so is an
-empty buffer. A released memoryview or closed mmap raises the ValueError
+empty buffer, and so is memory that holds Python object references (a
+numpy ``object`` array, a structured dtype with an object field, a ctypes
+``py_object`` array): tent moves raw bytes, so a peer could read heap
+addresses out of it or write pointers into it that crash the process. A released memoryview or closed mmap raises the ValueError
 Python gives for it.
 """
 
 from __future__ import annotations
 
 import ctypes
+import re
 import sys
 from typing import Any, NamedTuple, Optional
 
@@ -83,6 +87,38 @@ def _memoryview_address(mv: memoryview) -> int:
         return int(view.buf or 0)
     finally:
         _release_buffer(ctypes.byref(view))
+
+
+# ---- Python object references ---------------------------------------------
+
+_FIELD_NAME = re.compile(r":[^:]*:")
+
+
+def _format_holds_objects(fmt: Optional[str]) -> bool:
+    """Whether a buffer format (PEP 3118 struct syntax) has an "O" item, a
+    PyObject pointer. Field names (":name:") may contain any letter, so
+    they are skipped."""
+    return bool(fmt) and "O" in _FIELD_NAME.sub("", fmt)  # type: ignore[operator]
+
+
+def _interface_holds_objects(iface: dict) -> bool:
+    """Whether an array interface's typestr or (nested) descr is "O"."""
+    def holds(t: Any) -> bool:
+        if isinstance(t, str):
+            return t[1:2] == "O"
+        if isinstance(t, (list, tuple)):  # descr: [(name, typestr or descr[, shape]), ...]
+            return any(holds(f[1]) for f in t if isinstance(f, (list, tuple)) and len(f) >= 2)
+        return False
+
+    return holds(iface.get("typestr")) or holds(iface.get("descr"))
+
+
+def _refuse_objects(what: str) -> InvalidArgument:
+    return InvalidArgument(
+        f"{what} holds Python object references (dtype object): tent moves raw bytes, and a peer that "
+        "reads or writes them would see heap addresses or plant pointers that crash the process; "
+        "convert the data to a numeric dtype or bytes first"
+    )
 
 
 # ---- DLPack ---------------------------------------------------------------
@@ -249,6 +285,8 @@ def _typestr_itemsize(typestr: str) -> int:
 def _from_interface(obj: Any, iface: dict, what: str, device: Optional[str]) -> Buffer:
     if iface.get("mask") is not None:
         raise InvalidArgument(f"{what} with a mask is not supported")
+    if _interface_holds_objects(iface):
+        raise _refuse_objects(f"{type(obj).__name__} ({what})")
     data = iface.get("data")
     if not isinstance(data, tuple):
         if device is None and data is not None:  # array interface with a buffer object
@@ -302,6 +340,8 @@ def resolve(obj: Any) -> Buffer:
         except TypeError:
             mv = None
         if mv is not None:
+            if _format_holds_objects(mv.format):
+                raise _refuse_objects(type(obj).__name__)
             if not mv.contiguous:
                 raise InvalidArgument(f"{type(obj).__name__} is not contiguous: tent needs one contiguous range of memory")
             buf = Buffer(_memoryview_address(mv), mv.nbytes, mv.readonly, None, mv)

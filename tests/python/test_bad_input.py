@@ -608,3 +608,48 @@ def test_request_struct_constructor_checks_values(args, kwargs, exc):
 def test_request_struct_constructor_takes_integers_of_any_kind():
     r = tent.Request(np.uint32(tent.WRITE), 0, np.uint64(U64 - 1), None, U64 - 1, length=np.int64(16))
     assert (r.opcode, r.local_addr, r.segment, r.remote_addr, r.length) == (tent.WRITE, U64 - 1, None, U64 - 1, 16)
+
+
+def _object_memory():
+    """Memory that holds PyObject pointers, in each form resolve() accepts."""
+    class Interface:
+        def __init__(self, arr, descr=None):
+            self._arr = arr  # keeps the memory alive
+            self.__array_interface__ = {"data": (arr.ctypes.data, False), "shape": arr.shape,
+                                        "typestr": arr.dtype.str, "version": 3}
+            if descr is not None:
+                self.__array_interface__["descr"] = descr
+
+    objs = np.array([object(), "text", None], dtype=object)
+    mixed = np.zeros(3, dtype=[("Other", "u1"), ("obj", "O")])  # "O" in a field name is no object
+    return [
+        objs,
+        mixed,
+        (ctypes.py_object * 3)(),
+        Interface(objs),
+        Interface(np.zeros(24, np.uint8), descr=[("a", "|u1"), ("b", [("c", "|O")])]),
+    ]
+
+
+def test_memory_holding_python_objects_is_refused(setup):
+    """A transfer into an object array overwrote PyObject pointers (the
+    process crashed when the array was next used), and a peer granted the
+    region could read heap addresses or plant pointers."""
+    engine, src, dst, rs, rd, seg = setup
+    for obj in _object_memory():
+        for kwargs in ({}, {"remote_write": False}):
+            with pytest.raises(tent.InvalidArgument, match="object references"):
+                engine.register(obj, **kwargs)
+        with pytest.raises(tent.InvalidArgument, match="object references"):
+            engine.register_batch([np.zeros(64, np.uint8), obj])
+        with pytest.raises(tent.InvalidArgument, match="object references"):
+            engine.read(obj, seg, rs.addr, 8)
+        with pytest.raises(tent.InvalidArgument, match="object references"):
+            engine.write(obj, seg, rd.addr, 8)
+        with pytest.raises(tent.InvalidArgument, match="object references"):
+            engine.notify(seg, obj)
+    assert leaks_besides_setup(engine) == 0
+    # A field name with an "O" is not an object, nor is a numeric array.
+    named = np.zeros(4, dtype=[("Other", "u1"), ("ONE", "<u4")])
+    with engine.register(named) as r:
+        assert r.size == named.nbytes
