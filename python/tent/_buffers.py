@@ -98,7 +98,7 @@ def _format_holds_objects(fmt: Optional[str]) -> bool:
     """Whether a buffer format (PEP 3118 struct syntax) has an "O" item, a
     PyObject pointer. Field names (":name:") may contain any letter, so
     they are skipped."""
-    return bool(fmt) and "O" in _FIELD_NAME.sub("", fmt)  # type: ignore[operator]
+    return "O" in _FIELD_NAME.sub("", fmt or "")
 
 
 def _interface_holds_objects(iface: dict) -> bool:
@@ -113,7 +113,7 @@ def _interface_holds_objects(iface: dict) -> bool:
     return holds(iface.get("typestr")) or holds(iface.get("descr"))
 
 
-def _refuse_objects(what: str) -> InvalidArgument:
+def _refuse_objects(what: str) -> Exception:
     return InvalidArgument(
         f"{what} holds Python object references (dtype object): tent moves raw bytes, and a peer that "
         "reads or writes them would see heap addresses or plant pointers that crash the process; "

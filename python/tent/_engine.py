@@ -372,16 +372,23 @@ class Engine(_Managed):
         regions = list(regions)
         if not regions:
             return
-        locks = [r._lock for r in regions]
+        first: Dict[int, int] = {}
+        for i, r in enumerate(regions):
+            if not isinstance(r, Region) or isinstance(r, AllocatedRegion):
+                raise TypeError("unregister_batch takes registered Regions (free allocations with close())")
+            if r._engine is not self:
+                raise InvalidHandle(f"region {i} belongs to another engine")
+            j = first.setdefault(id(r), i)
+            if j != i:  # its lock would be taken twice: a deadlock, not an error
+                raise InvalidArgument(f"regions {j} and {i} are the same region")
+        # One lock order for every caller, so that two batches listing the
+        # same regions in different orders cannot wait for each other.
+        locks = [r._lock for r in sorted(regions, key=id)]
         for lock in locks:
             lock.acquire()
         try:
             arr = (c_void_p * len(regions))()
             for i, r in enumerate(regions):
-                if not isinstance(r, Region) or isinstance(r, AllocatedRegion):
-                    raise TypeError("unregister_batch takes registered Regions (free allocations with close())")
-                if r._engine is not self:
-                    raise InvalidHandle(f"region {i} belongs to another engine")
                 arr[i] = r.handle
             check(_lib.lib().tent_unregister_batch(h, arr, len(regions)))
             for r in regions:

@@ -2,6 +2,7 @@
 is unharmed afterwards (a transfer still works, nothing leaked)."""
 
 import ctypes
+import threading
 
 import numpy as np
 import pytest
@@ -653,3 +654,67 @@ def test_memory_holding_python_objects_is_refused(setup):
     named = np.zeros(4, dtype=[("Other", "u1"), ("ONE", "<u4")])
     with engine.register(named) as r:
         assert r.size == named.nbytes
+
+
+def test_unregister_batch_with_a_region_twice_is_an_error_not_a_hang(setup):
+    """The region's lock was taken once per entry: a region listed twice
+    deadlocked the calling thread."""
+    engine, src, dst, rs, rd, seg = setup
+    a, b = engine.register(np.zeros(64, np.uint8)), engine.register(np.zeros(64, np.uint8))
+    result = []
+    t = threading.Thread(target=lambda: result.append(_raises(lambda: engine.unregister_batch([a, b, a]))))
+    t.daemon = True  # a hang must fail the test, not the interpreter's exit
+    t.start()
+    t.join(30)
+    assert not t.is_alive(), "unregister_batch([a, b, a]) hung"
+    assert isinstance(result[0], tent.InvalidArgument) and "same region" in str(result[0])
+    assert not a.closed and not b.closed  # all or none: nothing was unregistered
+    assert leaks_besides_setup(engine) == 2
+    with pytest.raises(TypeError):
+        engine.unregister_batch([a, 12345])
+    engine.unregister_batch([b, a])
+    assert a.closed and leaks_besides_setup(engine) == 0
+
+
+class _RecordingLock:
+    """A lock that records, in a shared list, the order it is taken in."""
+
+    def __init__(self, name, order):
+        self._lock, self._name, self._order = threading.Lock(), name, order
+
+    def acquire(self, *args):
+        self._order.append(self._name)
+        return self._lock.acquire(*args)
+
+    def release(self):
+        self._lock.release()
+
+    def __enter__(self):
+        return self.acquire()
+
+    def __exit__(self, *exc):
+        self.release()
+
+
+def test_unregister_batch_takes_region_locks_in_one_order(setup):
+    """Two batches of the same regions listed in different orders, on two
+    threads, each held one lock and waited for the other's: a deadlock. Both
+    must take the locks in the same order, whatever the list's."""
+    engine, src, dst, rs, rd, seg = setup
+    orders = []
+    for listed in ("xy", "yx"):
+        x, y = engine.register(np.zeros(64, np.uint8)), engine.register(np.zeros(64, np.uint8))
+        order = []
+        x._lock, y._lock = _RecordingLock(id(x) < id(y), order), _RecordingLock(id(y) < id(x), order)
+        engine.unregister_batch([x, y] if listed == "xy" else [y, x])
+        assert x.closed and y.closed
+        orders.append(order[:2])
+    assert orders[0] == orders[1]
+
+
+def _raises(f):
+    try:
+        f()
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        return exc
+    return None
