@@ -29,7 +29,6 @@ Python gives for it.
 from __future__ import annotations
 
 import ctypes
-import re
 import sys
 from typing import Any, NamedTuple, Optional
 
@@ -90,16 +89,6 @@ def _memoryview_address(mv: memoryview) -> int:
 
 
 # ---- Python object references ---------------------------------------------
-
-_FIELD_NAME = re.compile(r":[^:]*:")
-
-
-def _format_holds_objects(fmt: Optional[str]) -> bool:
-    """Whether a buffer format (PEP 3118 struct syntax) has an "O" item, a
-    PyObject pointer. Field names (":name:") may contain any letter, so
-    they are skipped."""
-    return "O" in _FIELD_NAME.sub("", fmt or "")
-
 
 def _interface_holds_objects(iface: dict) -> bool:
     """Whether an array interface's typestr or (nested) descr is "O"."""
@@ -340,7 +329,7 @@ def resolve(obj: Any) -> Buffer:
         except TypeError:
             mv = None
         if mv is not None:
-            if _format_holds_objects(mv.format):
+            if _check.format_holds_objects(mv.format):
                 raise _refuse_objects(type(obj).__name__)
             if not mv.contiguous:
                 raise InvalidArgument(f"{type(obj).__name__} is not contiguous: tent needs one contiguous range of memory")

@@ -22,6 +22,7 @@ from __future__ import annotations
 import ctypes
 import math
 import operator
+import re
 import sys
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -136,17 +137,31 @@ def cstring(value: Any, what: str) -> Optional[bytes]:
     return b
 
 
+_FIELD_NAME = re.compile(r":[^:]*:")
+
+
+def format_holds_objects(fmt: Optional[str]) -> bool:
+    """Whether a buffer format (PEP 3118 struct syntax) has an "O" item, a
+    PyObject pointer. Field names (":name:") may contain any letter, so
+    they are skipped."""
+    return "O" in _FIELD_NAME.sub("", fmt or "")
+
+
 def blob(value: Any, what: str, *, max_len: Optional[int] = None, allow_empty: bool = False) -> bytes:
     """Bytes for a ``const void *, size_t`` pair: a str (UTF-8) or any
     bytes-like object (bytes, bytearray, memoryview, buffer protocol). An
-    int or a list is a TypeError, not ``bytes(n)``."""
+    int or a list is a TypeError, not ``bytes(n)``; memory of Python object
+    references (their bytes are heap addresses) is InvalidArgument."""
     if isinstance(value, str):
         b = value.encode()
     else:
         try:
-            b = memoryview(value).tobytes()
+            mv = memoryview(value)
         except TypeError:
             raise TypeError(f"{what} must be bytes-like or a str, not {type(value).__name__}") from None
+        if format_holds_objects(mv.format):
+            raise InvalidArgument(f"{what} holds Python object references (dtype object), not data")
+        b = mv.tobytes()
     if not b and not allow_empty:
         raise InvalidArgument(f"{what} is empty")
     if max_len is not None and len(b) > max_len:

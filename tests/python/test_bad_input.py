@@ -649,6 +649,11 @@ def test_memory_holding_python_objects_is_refused(setup):
             engine.write(obj, seg, rd.addr, 8)
         with pytest.raises(tent.InvalidArgument, match="object references"):
             engine.notify(seg, obj)
+        if not hasattr(obj, "__array_interface__") or isinstance(obj, np.ndarray):  # blobs are bytes-like
+            with pytest.raises(tent.InvalidArgument, match="object references"):
+                engine.transfer([("write", rs, seg, rd.addr, 8)], notify=obj)
+            with pytest.raises(tent.InvalidArgument, match="object references"):
+                tent.Engine(secret=obj)
     assert leaks_besides_setup(engine) == 0
     # A field name with an "O" is not an object, nor is a numeric array.
     named = np.zeros(4, dtype=[("Other", "u1"), ("ONE", "<u4")])
