@@ -265,10 +265,16 @@ def _from_dlpack(obj: Any) -> Buffer:
 
 
 def _typestr_itemsize(typestr: str) -> int:
+    """The item size of an array interface typestr ("<u4": 4); a size that
+    is not a positive integer ("<u-5") is InvalidArgument, not a negative
+    length that C would read as 2**64 - n."""
     try:
-        return int(typestr[2:])
-    except ValueError:
-        raise InvalidArgument(f"unsupported typestr {typestr!r}") from None
+        size = int(typestr[2:])
+    except (TypeError, ValueError):
+        size = 0
+    if size <= 0:
+        raise InvalidArgument(f"unsupported typestr {typestr!r}: want a positive item size, e.g. '|u1'")
+    return size
 
 
 def _from_interface(obj: Any, iface: dict, what: str, device: Optional[str]) -> Buffer:
@@ -344,9 +350,10 @@ def resolve(obj: Any) -> Buffer:
                 "__array_interface__, __cuda_array_interface__ or __dlpack__, a torch tensor, "
                 "or an (address, length) tuple"
             )
-    if buf.nbytes == 0:
+    if buf.nbytes <= 0:  # negative: an exporter's nonsense, which ctypes would wrap
         release(buf.keepalive)
-        raise InvalidArgument(f"{type(obj).__name__} is empty: tent needs at least one byte")
+        raise InvalidArgument(f"{type(obj).__name__} is empty: tent needs at least one byte"
+                              if buf.nbytes == 0 else f"{type(obj).__name__} claims {buf.nbytes} bytes")
     # Whatever the exporter claims (an interface dict is plain data), the
     # range must be one C can hold: ctypes would wrap 2**64 + x to x.
     if not 0 <= buf.ptr < _check.U64_END or buf.ptr + buf.nbytes > _check.U64_END:

@@ -723,3 +723,17 @@ def _raises(f):
     except Exception as exc:  # noqa: BLE001 - the test inspects it
         return exc
     return None
+
+
+def test_array_interface_item_size_must_be_positive(setup):
+    """typestr "<u-5" gave a negative length, which reached the library as
+    2**64 - 40 (ctypes wraps it) instead of failing here."""
+    engine, src, dst, rs, rd, seg = setup
+    buf = (ctypes.c_char * 64)()
+    for typestr in ("<u-5", "|V-8", "<u", "<uX", "|u0"):
+        obj = _ArrayInterface(ctypes.addressof(buf), (8,))
+        obj.__array_interface__["typestr"] = typestr
+        for use in (engine.register, lambda o: engine.write(o, seg, rd.addr), lambda o: engine.notify(seg, o)):
+            with pytest.raises(tent.InvalidArgument, match="typestr"):
+                use(obj)
+    assert leaks_besides_setup(engine) == 0
