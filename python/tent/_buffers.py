@@ -11,7 +11,8 @@ Accepted, in this order:
 4. The buffer protocol (bytes, bytearray, memoryview, mmap, array.array,
    numpy arrays, ctypes arrays): a memoryview is held, so the exporter can
    neither resize (bytearray) nor close (mmap) the memory while tent uses it.
-5. ``__array_interface__`` (numpy-like objects without the buffer protocol).
+5. ``__array_interface__`` (numpy-like objects without the buffer protocol,
+   and numpy arrays whose dtype it cannot export, e.g. datetime64).
 6. ``__dlpack__`` (any DLPack producer): the capsule is consumed (renamed
    "used_dltensor"), the tensor's memory is used in place, and its deleter
    is called when tent lets go of it (``keepalive.release()`` or garbage
@@ -29,6 +30,7 @@ Python gives for it.
 from __future__ import annotations
 
 import ctypes
+import re
 import sys
 from typing import Any, NamedTuple, Optional
 
@@ -268,10 +270,8 @@ def _typestr_itemsize(typestr: str) -> int:
     """The item size of an array interface typestr ("<u4": 4); a size that
     is not a positive integer ("<u-5") is InvalidArgument, not a negative
     length that C would read as 2**64 - n."""
-    try:
-        size = int(typestr[2:])
-    except (TypeError, ValueError):
-        size = 0
+    digits = re.match(r"[0-9]+", typestr[2:]) if isinstance(typestr, str) else None
+    size = int(digits.group()) if digits else 0  # "<M8[ns]": 8
     if size <= 0:
         raise InvalidArgument(f"unsupported typestr {typestr!r}: want a positive item size, e.g. '|u1'")
     return size
@@ -333,6 +333,13 @@ def resolve(obj: Any) -> Buffer:
         try:
             mv = memoryview(obj)
         except TypeError:
+            mv = None
+        except ValueError:
+            # numpy exports no buffer for some dtypes (datetime64); its
+            # array interface still describes the memory. Anything else
+            # (a closed mmap) keeps Python's error.
+            if not hasattr(obj, "__array_interface__"):
+                raise
             mv = None
         if mv is not None:
             if _check.format_holds_objects(mv.format):

@@ -737,3 +737,16 @@ def test_array_interface_item_size_must_be_positive(setup):
             with pytest.raises(tent.InvalidArgument, match="typestr"):
                 use(obj)
     assert leaks_besides_setup(engine) == 0
+
+
+def test_arrays_without_a_buffer_export_use_their_array_interface(setup):
+    """numpy exports no buffer for datetime64 arrays: memoryview() raised a
+    bare ValueError, though the array is plain contiguous memory."""
+    engine, src, dst, rs, rd, seg = setup
+    times = np.arange(8).astype("datetime64[ns]")
+    with engine.register(times) as r:
+        assert (r.addr, r.size) == (times.ctypes.data, times.nbytes)
+        engine.write(r, seg, rd.addr)
+    assert bytes(dst[: times.nbytes]) == times.tobytes()
+    with pytest.raises(tent.InvalidArgument, match="not contiguous"):
+        engine.register(times[::2])
