@@ -169,7 +169,10 @@ func New(o Options) (*Engine, error) {
 		e.dir = dir
 	}
 	srv.start()
-	registerLocal(e)
+	if err := registerLocal(e); err != nil {
+		_ = e.Close()
+		return nil, err
+	}
 	if e.dir != nil {
 		if err := e.publish(); err != nil {
 			_ = e.Close()

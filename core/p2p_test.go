@@ -139,3 +139,28 @@ func TestInProcessPeersNeedTheSecret(t *testing.T) {
 	_, err = open.OpenSegment("no-port-here")
 	require.ErrorIs(t, err, status.ErrInvalidArgument)
 }
+
+// A name answers for one live engine of a process: a second engine asking
+// for it is refused (opening it would reach the first), and the name is
+// free again once its engine is closed.
+func TestTwoEnginesOfOneProcessCannotShareAName(t *testing.T) {
+	first, err := core.New(core.Options{Name: "shared-name", Transports: []string{"local"}})
+	require.NoError(t, err)
+	_, err = core.New(core.Options{Name: "shared-name", Transports: []string{"local"}})
+	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
+
+	// An engine named like another's listen address is refused too.
+	_, err = core.New(core.Options{Name: first.ListenAddr(), Transports: []string{"local"}})
+	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
+
+	s, err := first.OpenSegment("shared-name")
+	require.NoError(t, err)
+	require.Same(t, first, s.Peer().Local())
+	require.NoError(t, first.CloseSegment(s))
+
+	require.NoError(t, first.Close())
+	second := newLocalEngine(t, core.Options{Name: "shared-name"})
+	s, err = second.OpenSegment("shared-name")
+	require.NoError(t, err)
+	require.Same(t, second, s.Peer().Local())
+}

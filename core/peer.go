@@ -408,16 +408,27 @@ var (
 	localByIncar = map[uint64]*Engine{}
 )
 
-func registerLocal(e *Engine) {
+// registerLocal makes e reachable by its name and its listen address from
+// engines of this process. A name (or address) that a live engine of this
+// process already answers to is refused: opening it would reach the other
+// engine, and data meant for e would land there.
+func registerLocal(e *Engine) error {
 	localMu.Lock()
 	defer localMu.Unlock()
+	keys := []string{e.name}
+	if a := e.srv.addr(); a != e.name {
+		keys = append(keys, a)
+	}
+	for _, k := range keys {
+		if other, taken := localByName[k]; taken && other != e {
+			return status.Errorf(status.NameInUse, "engine name %q is already used by another engine of this process", k)
+		}
+	}
 	localByIncar[e.incarnation] = e
-	if _, taken := localByName[e.name]; !taken {
-		localByName[e.name] = e
+	for _, k := range keys {
+		localByName[k] = e
 	}
-	if _, taken := localByName[e.srv.addr()]; !taken {
-		localByName[e.srv.addr()] = e
-	}
+	return nil
 }
 
 func unregisterLocal(e *Engine) {
