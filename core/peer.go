@@ -409,9 +409,12 @@ var (
 )
 
 // registerLocal makes e reachable by its name and its listen address from
-// engines of this process. A name (or address) that a live engine of this
-// process already answers to is refused: opening it would reach the other
-// engine, and data meant for e would land there.
+// engines of this process. For a p2p engine, whose peers in this process
+// find it by name alone, a name (or address) that another live engine of
+// this process already answers to is refused: opening it would reach the
+// other engine, and data meant for e would land there. Engines with a
+// directory are named within its namespace (etcd refuses a taken name per
+// prefix), so for them the first engine keeps an in-process name.
 func registerLocal(e *Engine) error {
 	localMu.Lock()
 	defer localMu.Unlock()
@@ -419,14 +422,18 @@ func registerLocal(e *Engine) error {
 	if a := e.srv.addr(); a != e.name {
 		keys = append(keys, a)
 	}
-	for _, k := range keys {
-		if other, taken := localByName[k]; taken && other != e {
-			return status.Errorf(status.NameInUse, "engine name %q is already used by another engine of this process", k)
+	if e.dir == nil {
+		for _, k := range keys {
+			if other, taken := localByName[k]; taken && other != e {
+				return status.Errorf(status.NameInUse, "engine name %q is already used by another engine of this process", k)
+			}
 		}
 	}
 	localByIncar[e.incarnation] = e
 	for _, k := range keys {
-		localByName[k] = e
+		if _, taken := localByName[k]; !taken {
+			localByName[k] = e
+		}
 	}
 	return nil
 }

@@ -177,9 +177,10 @@ typedef struct tent_engine_options {
  * transport, is in etcd when this returns (see Publication); an etcd that
  * does not answer within the etcd timeout fails the call.
  * Errors: INVALID_ARGUMENT (bad options), NOT_FOUND (unknown transport),
- * TRANSPORT (listener or transport failed to start), NAME_IN_USE (a live
- * engine of this process already has this name, or listens on the address
- * it names), AUTH/NAME_IN_USE/TIMEOUT/TRANSPORT (metadata service). */
+ * TRANSPORT (listener or transport failed to start), NAME_IN_USE (p2p
+ * metadata: a live engine of this process already has this name, or
+ * listens on the address it names), AUTH/NAME_IN_USE/TIMEOUT/TRANSPORT
+ * (metadata service). */
 tent_status tent_engine_create(const tent_engine_options *opts, tent_engine **engine_out);
 
 /* Destroys an engine (its handle is invalid afterwards, even if an error is
