@@ -285,13 +285,9 @@ func (p *Pending) Deadline() time.Time { return p.deadline }
 // connection (eviction, timeout, Close).
 func (p *Pending) Done(ok bool) {
 	l := p.l
-	l.mu.Lock()
-	if p.elem == nil {
-		l.mu.Unlock()
+	if !p.leave() {
 		return
 	}
-	l.removeLocked(p)
-	l.mu.Unlock()
 	p.timer.Stop()
 	switch {
 	case ok:
@@ -304,16 +300,25 @@ func (p *Pending) Done(ok bool) {
 	}
 }
 
+// leave takes p off the pending list; false if something else (Done,
+// expiry, eviction, Close) already did, which then owns the outcome.
+func (p *Pending) leave() bool {
+	l := p.l
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if p.elem == nil {
+		return false
+	}
+	l.removeLocked(p)
+	return true
+}
+
 // expire closes a connection still in its handshake at the deadline.
 func (p *Pending) expire() {
 	l := p.l
-	l.mu.Lock()
-	if p.elem == nil {
-		l.mu.Unlock()
+	if !p.leave() {
 		return
 	}
-	l.removeLocked(p)
-	l.mu.Unlock()
 	l.timeouts.Add(1)
 	l.cfg.Logger.Debug("handshake timed out", "listener", l.cfg.Name,
 		"remote", remote(p.c), "timeout", l.cfg.HandshakeTimeout)
