@@ -66,7 +66,7 @@ TEST_TARGETS += test-multihost
 TEST_TARGETS += test-install
 TEST_TARGETS += test-tools
 
-.PHONY: all lib demo test deps $(TEST_TARGETS) test-stress clean bench-register gpu-check bench bench-compare \
+.PHONY: all lib demo test deps $(TEST_TARGETS) test-stress clean gpu-check \
         install uninstall
 
 all: lib $(BUILD)/demo_register
@@ -238,7 +238,7 @@ $(VENV_BUILD)/.stamp:
 $(VENV_TEST)/.stamp:
 	rm -rf $(VENV_TEST)
 	$(PYTHON) -m venv $(VENV_TEST)
-	$(VENV_TEST)/bin/python -m pip install -q numpy pytest matplotlib  # matplotlib: tent-bench --plot
+	$(VENV_TEST)/bin/python -m pip install -q numpy pytest matplotlib  # matplotlib: bench/sweep/sweep.py --plot
 	touch $@
 
 # The wheel carries the CMake package too, at tent/share/cmake/tent
@@ -260,8 +260,8 @@ $(BUILD)/wheel.stamp: $(LIB) $(HEADER) $(CPP_HPP) $(PY_SRCS) $(VENV_BUILD)/.stam
 .PHONY: wheel
 wheel: $(BUILD)/wheel.stamp
 
-# (the C++ bench: test_bench.py compares tent-bench with it)
-test-python: wheel $(VENV_TEST)/.stamp $(CPP_EX)/bench
+# (the benchmark tools: test_bench.py drives bench/sweep/ and its C++ twin)
+test-python: wheel $(VENV_TEST)/.stamp $(BENCH_SWEEP_CPP)
 	$(VENV_TEST)/bin/python -m pip install -q mypy==2.4.1
 	cd python && $(CURDIR)/$(VENV_TEST)/bin/python -m mypy   # the package's type hints ([tool.mypy] in pyproject.toml)
 	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
@@ -329,30 +329,9 @@ clean:
 	rm -rf $(BUILD)
 
 # ---- Benchmarks (not tests: figures go to docs/BENCHMARKS.md) ---------------
+# make bench, bench-compare, bench-register, bench-overhead: rules in bench/bench.mk.
 
-$(BUILD)/bench_register: bench/c/bench_register.c $(HEADER) $(LIB)
-	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -Iinclude -o $@ $< -L$(BUILD) -ltent $(RPATH) -pthread
-
-bench-register: $(BUILD)/bench_register
-	./$(BUILD)/bench_register
-
-# make bench: tent-bench (the wheel, in build/venv-test) and its C++ twin
-# (build/cpp_examples/bench, the raw C ABI) over every transport x block size
-# x READ/WRITE at batch 128, with --check and the machine's limits (memcpy,
-# iperf3). JSON lines: build/bench-python.jsonl, build/bench-cpp.jsonl; the
-# plot build/bench-python.png only where matplotlib imports (tent-bench
-# refuses --plot without it, exit 2, before the sweep).
-# make bench-compare [ARGS=--quick]: tent next to Mooncake and NIXL (bench/compare/).
-BENCH_ARGS ?= --transport local,shm,shm:register,tcp --op write,read --block-size 4K-64M --batch 128 --check
-
-bench: wheel $(VENV_TEST)/.stamp $(CPP_EX)/bench
-	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
-	$(VENV_TEST)/bin/tent-bench $(BENCH_ARGS) --json $(BUILD)/bench-python.jsonl \
-	  $$($(VENV_TEST)/bin/python -c 'import matplotlib' 2>/dev/null && echo --plot $(BUILD)/bench-python.png)
-	./$(CPP_EX)/bench $(BENCH_ARGS) --json $(BUILD)/bench-cpp.jsonl
-
-bench-compare:
-	bash bench/compare/run.sh $(ARGS)
+include bench/bench.mk
 
 # ---- GPU check (needs a machine with an NVIDIA GPU and driver) ---------------
 # Two processes on one GPU, 1 GiB VRAM->VRAM through the cuda transport with

@@ -9,8 +9,8 @@ DRAM -> DRAM, batches of 128 requests of one block size (4 KiB - 64 MiB,
 x4 steps), WRITE then READ, submit-and-wait one batch at a time for
 --duration seconds per point (at least one batch; an untimed warm-up of at
 most 64 MiB first), requests wrapping within 256 MiB per side. tent runs
-through `python -m tent bench` (tent-bench), the peers through
-bench/compare/peers.py, which borrows tent-bench's layout and statistics.
+through bench/sweep/sweep.py, the peers through bench/compare/peers.py,
+which borrows the sweep's layout and statistics.
 
 Engines (--engines, comma-separated):
   tent-tcp        tent, transport tcp (4 connections per peer, the default)
@@ -24,7 +24,7 @@ Every UCX run has UCX_NET_DEVICES=lo (TCP stays on loopback) and
 UCX_PROTO_INFO=y (UCX prints the transport it chose; recorded).
 
 Limits, measured in the same run: single-thread memcpy at each block size
-(tent._bench.memcpy_gbps) and one iperf3 stream over loopback, before and
+(sweep.memcpy_gbps) and one iperf3 stream over loopback, before and
 after. Each figure is the median of --runs runs (engines interleaved within
 each run). Crashes (a process killed by a signal) and errors are counted and
 reported with their messages, never turned into numbers.
@@ -48,7 +48,9 @@ import sys
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from tent._bench import iperf3_gbps, loadavg, machine, memcpy_gbps, parse_sizes, plot, size_label
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sweep"))
+# bench/sweep/sweep.py, beside this folder
+from sweep import iperf3_gbps, loadavg, machine, memcpy_gbps, parse_sizes, plot, size_label  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ALL_ENGINES = ["tent-tcp", "tent-shm", "tent-shm-vm", "mooncake-tcp", "mooncake-tent", "nixl-ucx", "nixl-ucx-tcp"]
@@ -69,7 +71,8 @@ def command(engine: str, args: argparse.Namespace, out: str) -> Tuple[List[str],
             del env[k]
     if engine.startswith("tent-"):
         t = {"tent-tcp": "tcp", "tent-shm": "shm:alloc", "tent-shm-vm": "shm:register"}[engine]
-        return [py, "-m", "tent", "bench", "--transport", t, "--no-limits", "--no-progress", "--json", out,
+        return [py, os.path.join(HERE, "..", "sweep", "sweep.py"), "--transport", t, "--no-limits", "--no-progress",
+                "--json", out,
                 *common], env
     if engine.startswith("mooncake"):
         if engine == "mooncake-tent":

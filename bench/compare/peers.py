@@ -4,8 +4,8 @@
         [--batch 128] [--duration 2] [--span 256M] [--json FILE] [--check]
 
 Runs in bench/compare/.venv-peers (the peers and the tent wheel installed
-there: it borrows tent-bench's layout, statistics, fill pattern and
-CRC-32, so every engine runs exactly the same loop as `tent-bench`):
+there: it borrows the sweep's (bench/sweep/sweep.py) layout, statistics, fill pattern and
+CRC-32, so every engine runs exactly the same loop as the sweep):
 two processes on this machine (this one the initiator, a spawned
 `--role target`), DRAM -> DRAM, one batch of --batch requests of one block
 size at a time, submit-and-wait, timed per batch, for --duration seconds
@@ -27,7 +27,7 @@ per point (at least one batch), after an untimed warm-up of at most
 
 The control channel to the target is a pair of pipes on fds given on the
 command line (the libraries print on stdout). Output: the same JSON lines as
-tent-bench ("meta", "point"/"error" records, "summary"), each with "engine".
+the sweep ("meta", "point"/"error" records, "summary"), each with "engine".
 """
 
 from __future__ import annotations
@@ -44,7 +44,10 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from tent._bench import covered, crc, fill, layout, loadavg, machine, parse_ops, parse_size, parse_sizes, percentiles
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sweep"))
+# bench/sweep/sweep.py, beside this folder
+from sweep import (covered, crc, fill, layout, loadavg, machine, parse_ops, parse_size,  # noqa: E402
+                   parse_sizes, percentiles)
 
 
 class Mapping:

@@ -1,5 +1,6 @@
 """``python -m tent``: version, topology, demo, bench (and the peer process
-the demo starts). ``tent-bench`` is ``python -m tent bench`` (tent._bench).
+the demo starts). ``tent-bench`` is ``python -m tent bench`` (tent._bench, a
+quick measurement; the benchmarks themselves are in the source tree's bench/).
 
 demo: two processes on this machine move data over each available
 transport (plus ``local``, inside one process), WRITE and READ, verify
@@ -304,7 +305,7 @@ def parser() -> argparse.ArgumentParser:
     d.add_argument("--json", action="store_true", help="print the rows as JSON")
     from . import _bench
 
-    b = sub.add_parser("bench", help="throughput and latency sweeps with the machine's limits (same as tent-bench)",
+    b = sub.add_parser("bench", help="a quick throughput and latency measurement (same as tent-bench)",
                        description=_bench.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     _bench.add_args(b)
     # No help=: argparse before 3.14 would list it as "peer  ==SUPPRESS==".

@@ -1,6 +1,6 @@
 # tests/cpp/cpp.mk — the C++ part of the build, included by the Makefile.
 #
-#   make cpp-examples   build/cpp_examples/{target,initiator,guard,bench} (also part of `make`)
+#   make cpp-examples   build/cpp_examples/{target,initiator,guard} (also part of `make`)
 #   make test-cpp       header checks (tent.hpp as C++17 and C++20, tent.h as
 #                       C++20), the status list against tent.h, the GoogleTest
 #                       suite, the CMake build of cpp_examples/ (build/cmake),
@@ -12,7 +12,7 @@
 CPP_EX     := $(BUILD)/cpp_examples
 CPP_TESTS  := $(BUILD)/cpp_tests
 CPP_SAN    := $(BUILD)/cpp_asan
-CPP_EX_BIN := $(CPP_EX)/target $(CPP_EX)/initiator $(CPP_EX)/guard $(CPP_EX)/bench
+CPP_EX_BIN := $(CPP_EX)/target $(CPP_EX)/initiator $(CPP_EX)/guard
 CPP_SAN_EX := $(CPP_SAN)/target $(CPP_SAN)/initiator $(CPP_SAN)/guard
 CPP_HPP    := include/tent.hpp
 CPP_DEPS   := $(CPP_HPP) $(HEADER) cpp_examples/example_util.hpp $(LIB)

@@ -1,7 +1,9 @@
-"""Smoke tests of tent-bench (tent._bench) and its C++ twin
-(cpp_examples/bench.cc): tiny sizes, a fraction of a second per point,
---check, and the JSON lines parsed and sanity-checked, so the tools cannot
-rot. The figures themselves are benchmarks, not tests (docs/BENCHMARKS.md)."""
+"""Smoke tests of the benchmark tools in bench/: the sweep (bench/sweep/sweep.py,
+run against the installed wheel), its C++ twin (bench/sweep/sweep.cc) and the
+wheel's small runner (tent-bench, tent._bench): tiny sizes, a fraction of a
+second per point, --check, and the JSON lines parsed and sanity-checked, so
+the tools cannot rot. The figures themselves are benchmarks, not tests
+(docs/BENCHMARKS.md)."""
 
 import json
 import os
@@ -14,6 +16,7 @@ import pytest
 import tent
 from conftest import SOURCE_DIR
 
+SWEEP_PY = os.path.join(SOURCE_DIR, "bench", "sweep", "sweep.py")
 TRANSPORTS = [("local", "alloc"), ("shm", "alloc"), ("shm", "register"), ("tcp", "alloc")]
 OPS = ["WRITE", "READ"]
 BLOCKS = [4096, 65536]
@@ -61,9 +64,9 @@ def check_sweep(recs, impl):
     assert all(r["limit"]["kind"] == "memcpy" for r in points if r["transport"] != "tcp")
 
 
-def test_tent_bench_sweep(tmp_path):
+def test_sweep(tmp_path):
     out = tmp_path / "bench.jsonl"
-    p = subprocess.run([sys.executable, "-m", "tent", "bench", *SWEEP, "--json", str(out)],
+    p = subprocess.run([sys.executable, SWEEP_PY, *SWEEP, "--json", str(out)],
                        capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     check_sweep(records(out), "python")
@@ -74,13 +77,13 @@ def test_tent_bench_sweep(tmp_path):
 
     # an earlier run's table (and plot) from its JSON lines
     png = tmp_path / "out.png"
-    p = subprocess.run([sys.executable, "-m", "tent", "bench", "--from-json", str(out), "--plot", str(png)],
+    p = subprocess.run([sys.executable, SWEEP_PY, "--from-json", str(out), "--plot", str(png)],
                        capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     try:
         import matplotlib  # noqa: F401
     except ImportError:  # refused before anything is printed (test_cli.py covers it in detail)
         assert p.returncode == 2 and "matplotlib is not installed" in p.stderr and not png.exists(), p.stderr
-        p = subprocess.run([sys.executable, "-m", "tent", "bench", "--from-json", str(out)],
+        p = subprocess.run([sys.executable, SWEEP_PY, "--from-json", str(out)],
                            capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     else:
         assert png.stat().st_size > 1000
@@ -88,9 +91,8 @@ def test_tent_bench_sweep(tmp_path):
     assert len([ln for ln in p.stdout.splitlines() if ln.startswith(("local/", "shm/", "tcp/"))]) == 32
 
 
-def test_tent_bench_json_to_stdout_and_byte_budget(tmp_path):
-    p = subprocess.run(["tent-bench" if shutil.which("tent-bench") else sys.executable, *(
-        [] if shutil.which("tent-bench") else ["-m", "tent", "bench"]),
+def test_sweep_json_to_stdout_and_byte_budget(tmp_path):
+    p = subprocess.run([sys.executable, SWEEP_PY,
         "--transport", "local", "--block-size", "1M", "--batch", "4", "--duration", "30", "--bytes", "16M",
         "--no-limits", "--json"], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
     assert p.returncode == 0, p.stderr
@@ -100,17 +102,21 @@ def test_tent_bench_json_to_stdout_and_byte_budget(tmp_path):
     assert "local/alloc" in p.stderr  # the table goes to stderr when the JSON takes stdout
 
 
-def test_tent_bench_bad_arguments(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "tent", "bench", "--transport", "carrier-pigeon"],
+def test_sweep_bad_arguments(tmp_path):
+    p = subprocess.run([sys.executable, SWEEP_PY, "--transport", "carrier-pigeon"],
                        capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert p.returncode != 0 and "unknown transport" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "tent", "bench", "--block-size", "4Q"],
+    p = subprocess.run([sys.executable, SWEEP_PY, "--block-size", "4Q"],
                        capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert p.returncode == 2 and "bad size" in p.stderr
 
 
-def test_bench_parsers():
-    from tent import _bench
+def test_sweep_parsers():
+    sys.path.insert(0, os.path.dirname(SWEEP_PY))
+    try:
+        import sweep as _bench
+    finally:
+        sys.path.remove(os.path.dirname(SWEEP_PY))
 
     assert _bench.parse_sizes("4K-64M") == [4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20,
                                             64 << 20]
@@ -121,10 +127,10 @@ def test_bench_parsers():
     assert s["p50"] == pytest.approx(500e3) and s["p99"] == pytest.approx(990e3) and s["max"] == pytest.approx(1e6)
 
 
-CPP_BENCH = os.path.join(SOURCE_DIR, "build", "cpp_examples", "bench")
+CPP_BENCH = os.path.join(SOURCE_DIR, "build", "bench", "sweep")
 
 
-@pytest.mark.skipif(not os.path.exists(CPP_BENCH), reason="build/cpp_examples/bench not built (make cpp-examples)")
+@pytest.mark.skipif(not os.path.exists(CPP_BENCH), reason="build/bench/sweep not built (make build/bench/sweep)")
 def test_cpp_bench_sweep(tmp_path):
     out = tmp_path / "bench.jsonl"
     p = subprocess.run([CPP_BENCH, *SWEEP, "--json", str(out)], capture_output=True, text=True, timeout=240,
@@ -134,7 +140,7 @@ def test_cpp_bench_sweep(tmp_path):
     check_sweep(recs, "c++")
 
 
-@pytest.mark.skipif(not os.path.exists(CPP_BENCH), reason="build/cpp_examples/bench not built (make cpp-examples)")
+@pytest.mark.skipif(not os.path.exists(CPP_BENCH), reason="build/bench/sweep not built (make build/bench/sweep)")
 def test_python_initiator_drives_cpp_target(tmp_path):
     target = subprocess.Popen([CPP_BENCH, "--role", "target", "--idle-seconds", "30"], stdout=subprocess.PIPE,
                               text=True)
@@ -142,7 +148,7 @@ def test_python_initiator_drives_cpp_target(tmp_path):
         hello = json.loads(target.stdout.readline())
         assert hello["impl"] == "c++"
         out = tmp_path / "x.jsonl"
-        p = subprocess.run([sys.executable, "-m", "tent", "bench", "--role", "initiator", "--target",
+        p = subprocess.run([sys.executable, SWEEP_PY, "--role", "initiator", "--target",
                             hello["segment"], "--transport", "shm,shm:register,tcp", "--op", "write,read",
                             "--block-size", "64K", "--batch", "4", "--duration", "0.05", "--check", "--no-limits",
                             "--json", str(out)], capture_output=True, text=True, timeout=120, cwd=str(tmp_path))
@@ -154,3 +160,85 @@ def test_python_initiator_drives_cpp_target(tmp_path):
         if target.poll() is None:
             target.kill()
             target.wait()
+
+
+def test_sweep_a_tent_error_is_one_line_and_exit_status_3(tmp_path):
+    p = subprocess.run([sys.executable, SWEEP_PY, "--role", "target", "--listen", "127.0.0.1:99999"],
+                       capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert p.returncode == 3, p.stdout + p.stderr
+    (line,) = p.stderr.strip().splitlines()
+    assert line.startswith("sweep.py: error: InvalidArgument: listen address") and "Traceback" not in p.stderr
+
+
+@pytest.mark.parametrize("args", [["--duration", "nan"], ["--idle-seconds", "inf"], ["--memcpy-seconds", "x"]],
+                         ids=lambda a: " ".join(a))
+def test_sweep_bad_numbers_are_usage_errors(args, tmp_path):
+    p = subprocess.run([sys.executable, SWEEP_PY, *args], capture_output=True, text=True, timeout=60,
+                       cwd=str(tmp_path))
+    assert p.returncode == 2 and "error: argument" in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def hide_matplotlib_and_run(args, tmp_path):
+    """sweep.py ARGS in a fresh interpreter where `import matplotlib` fails."""
+    code = (f"import sys, runpy\nsys.modules['matplotlib'] = None\nsys.argv = {[SWEEP_PY, *args]!r}\n"
+            f"runpy.run_path({SWEEP_PY!r}, run_name='__main__')")
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+
+
+def test_sweep_plot_without_matplotlib_is_refused_before_the_sweep(tmp_path):
+    out, png = tmp_path / "sweep.jsonl", tmp_path / "sweep.png"
+    # a sweep that would take minutes if it started
+    p = hide_matplotlib_and_run(["--transport", "local,shm", "--op", "write,read", "--block-size", "4K-64M",
+                                 "--duration", "30", "--json", str(out), "--plot", str(png)], tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "--plot" in p.stderr and "matplotlib is not installed" in p.stderr and "nothing was run" in p.stderr
+    assert not out.exists() and not png.exists()  # the JSON file is opened when a sweep starts
+    assert p.stdout == ""
+
+
+def test_sweep_plot_without_matplotlib_refused_when_replaying(tmp_path):
+    src = tmp_path / "old.jsonl"
+    src.write_text('{"type": "meta", "tool": "sweep", "impl": "python"}\n')
+    p = hide_matplotlib_and_run(["--from-json", str(src), "--plot", str(tmp_path / "x.png")], tmp_path)
+    assert p.returncode == 2 and "matplotlib is not installed" in p.stderr, p.stderr
+    assert p.stdout == ""
+
+
+# ---- tent-bench: the wheel's small runner ------------------------------------------------------
+
+
+def tent_bench(args, tmp_path, timeout=120):
+    cmd = ["tent-bench"] if shutil.which("tent-bench") else [sys.executable, "-m", "tent", "bench"]
+    return subprocess.run([*cmd, *args], capture_output=True, text=True, timeout=timeout, cwd=str(tmp_path))
+
+
+def test_tent_bench_every_transport_and_op_checked(tmp_path):
+    p = tent_bench(["--transport", "local,shm,tcp", "--op", "write,read", "--block-size", "4K,64K", "--batch", "8",
+                    "--duration", "0.05", "--check", "--json"], tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    points = [json.loads(ln) for ln in p.stdout.splitlines()]
+    got = {(r["transport"], r["op"], r["block_size"]) for r in points}
+    assert got == {(t, op, b) for t in ("local", "shm", "tcp") for op in OPS for b in BLOCKS}
+    for r in points:
+        assert r["type"] == "point" and r["check"] == "ok" and r["served_by"] == [r["transport"]], r
+        assert r["batches"] >= 1 and r["bytes"] == r["batches"] * 8 * r["block_size"] and r["gbps"] > 0, r
+        assert 0 < r["batch_us"]["p50"] <= r["batch_us"]["p99"], r
+        assert "problems" not in r, r
+
+
+def test_tent_bench_table(tmp_path):
+    p = tent_bench(["--transport", "local", "--block-size", "4K", "--batch", "4", "--duration", "0.05", "--check"],
+                   tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    assert lines[0].split()[:2] == ["transport", "op"] and len(lines) == 2, p.stdout
+    assert lines[1].split()[0] == "local" and lines[1].rstrip().endswith("ok"), p.stdout
+
+
+def test_tent_bench_bad_arguments(tmp_path):
+    p = tent_bench(["--transport", "carrier-pigeon"], tmp_path)
+    assert p.returncode == 2 and "choose from local, shm, tcp" in p.stderr, p.stderr
+    p = tent_bench(["--block-size", "4Q"], tmp_path)
+    assert p.returncode == 2 and "error: argument --block-size" in p.stderr, p.stderr
+    p = tent_bench(["--batch", "0"], tmp_path)
+    assert p.returncode == 2 and "must be positive" in p.stderr, p.stderr

@@ -86,7 +86,7 @@ def test_bare_venv_without_numpy(tmp_path):
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == tent.__version__
     out = subprocess.run([str(venv / "bin" / "tent-bench"), "--transport", "local", "--duration", "0.3",
-                          "--block-size", "4K", "--batch", "16", "--no-limits", "--json"],
+                          "--block-size", "4K", "--batch", "16", "--json"],
                          capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
     assert out.returncode == 0, out.stderr
     (result,) = [r for r in map(json.loads, out.stdout.splitlines()) if r["type"] == "point"]
@@ -115,7 +115,7 @@ def test_cli_demo_moves_data_over_every_transport():
 
 def test_cli_bench_over_tcp():
     out = subprocess.run([sys.executable, "-m", "tent", "bench", "--transport", "tcp", "--duration", "0.5",
-                          "--no-limits", "--json"], capture_output=True, text=True, timeout=120)
+                          "--json"], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     (result,) = [r for r in map(json.loads, out.stdout.splitlines()) if r["type"] == "point"]
     assert result["gbps"] > 0

@@ -23,7 +23,7 @@ import (
 // the batch latency's p50 and p99.
 //
 //	go test -run '^$' -bench Transfer -benchtime 2s ./transport/tcp/
-//	transport/tcp/testdata/bench.sh 3   # the same, between iperf3 runs
+//	bench/go/tcp_iperf3.sh 3   # the same, between iperf3 runs
 //
 // TENT_BENCH_STREAMS sets Options.TCPStreams; TENT_BENCH_SPAN_MIB the
 // memory (on each side) that the requests cycle through, 128 MiB by

@@ -1,6 +1,6 @@
 """Per-call overhead of the Python layer, next to ctypes and C, in one run.
 
-    python python/bench/bench_overhead.py [--iters N] [--batch 128] [--repeat 3] [--json]
+    python bench/overhead/bench_overhead.py [--iters N] [--batch 128] [--repeat 3] [--json]
 
 Measures, best of --repeat rounds, all against the libtent.so the
 installed tent package loads (so C and Python use the same library):

@@ -1,5 +1,5 @@
 /*
- * bench_overhead.c — the C side of python/bench/bench_overhead.py: the
+ * bench_overhead.c — the C side of bench/overhead/bench_overhead.py: the
  * cost of the same calls without Python, in the same run.
  *
  *   bench_overhead <iterations> <batch>

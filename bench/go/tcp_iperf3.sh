@@ -2,7 +2,7 @@
 # Measures the tcp transport against one iperf3 stream on loopback, in the
 # same run, alternating the two so that a noisy machine affects both.
 #
-#   transport/tcp/testdata/bench.sh [ROUNDS] [BENCH-REGEXP]
+#   bench/go/tcp_iperf3.sh [ROUNDS] [BENCH-REGEXP]   (go test -bench in transport/tcp)
 #
 # Prints iperf3's GB/s before and after each round of `go test -bench`.
 # iperf3 cycles one hot 128 KiB buffer; TENT_BENCH_SPAN_MIB=1 makes the
@@ -11,7 +11,7 @@
 set -euo pipefail
 rounds=${1:-2}
 pattern=${2:-Transfer}
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../../transport/tcp"
 bin=$(mktemp -d)/tcp.test
 go test -c -o "$bin" .
 port=$((20000 + RANDOM % 20000))

@@ -1,10 +1,10 @@
-// bench.cc — the C++ twin of tent-bench (python/tent/_bench.py): the same
+// sweep.cc — the C++ twin of the Python sweep (bench/sweep/sweep.py): the same
 // flags, the same control protocol, the same JSON lines, but the hot loop is
 // the raw C ABI (tent_transfer, tent_batch_wait, tent_batch_status,
 // tent_batch_destroy) with no language layer in between. tent.hpp owns the
 // setup (engine, memory, segments) so that every exit releases it.
 //
-//   bench [--role both|initiator|target] [--target NAME] [--listen ADDR]
+//   sweep [--role both|initiator|target] [--target NAME] [--listen ADDR]
 //         [--transport local,shm,tcp[,shm:register]] [--target-mem alloc,register]
 //         [--op write,read] [--block-size 4K,64K | 4K-64M[/2]] [--batch 128] [--threads 1]
 //         [--duration 2] [--bytes SIZE] [--span 256M] [--check] [--timeout 120] [--streams N]
@@ -15,7 +15,7 @@
 // the local transport gets a target engine on a thread of this process.
 // The control channel is tent's notifications ("tb1 ID COMMAND ARGS",
 // answered "tb1 ID ok key=value ..." or "tb1 ID err MESSAGE"), so a C++
-// initiator drives a Python target (tent-bench --role target) and back.
+// initiator drives a Python target (sweep.py --role target) and back.
 //
 // Per point: GB/s (1e9 B/s), requests/s, batch latency (submit to
 // tent_batch_wait returning) avg/p50/p99/p99.9/max, and per request the batch
@@ -23,8 +23,8 @@
 // a fresh pattern and compares CRC-32s after the point. Limits in the same
 // run: single-thread memcpy at each block size (std::memcpy, best round) and
 // one iperf3 stream over loopback before and after; local and shm figures are
-// shown as a fraction of memcpy, tcp of iperf3. --plot is tent-bench's:
-// `tent-bench --from-json FILE --plot out.png` draws what --json wrote.
+// shown as a fraction of memcpy, tcp of iperf3. --plot is sweep.py's:
+// `sweep.py --from-json FILE --plot out.png` draws what --json wrote.
 // Exit status: 0 if every point ran (and checked), 1 otherwise, 2 bad usage.
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -365,11 +365,11 @@ class TargetServer {
       std::optional<tent::Notification> n = e_.notify_recv(milliseconds(250));
       if (!n) {
         if (parent > 0 && getppid() != parent) {
-          std::fprintf(stderr, "bench target: the parent process is gone; exiting\n");
+          std::fprintf(stderr, "sweep target: the parent process is gone; exiting\n");
           break;
         }
         if (idle_seconds > 0 && now_s() - idle_since > idle_seconds) {
-          std::fprintf(stderr, "bench target: idle for %g s; exiting\n", idle_seconds);
+          std::fprintf(stderr, "sweep target: idle for %g s; exiting\n", idle_seconds);
           break;
         }
         continue;
@@ -778,7 +778,7 @@ class Runner {
     } else if (o_.role == "initiator") {
       tc = std::make_unique<TargetClient>(e_, o_.target, nullptr, o_.target);
     } else {
-      vector<string> argv = {example::self_dir() + "/bench", "--role", "target", "--timeout", json_num(o_.timeout),
+      vector<string> argv = {example::self_dir() + "/sweep", "--role", "target", "--timeout", json_num(o_.timeout),
                              "--idle-seconds", "120", "--parent-pid", std::to_string(getpid())};
       if (o_.streams) argv.insert(argv.end(), {"--streams", std::to_string(o_.streams)});
       child_ = std::make_unique<example::Child>(argv);
@@ -1062,7 +1062,7 @@ int initiator_main(const Options &o) {
   string load_start = loadavg_json();
   string argv_json;
   for (const string &a : o.argv) argv_json += (argv_json.empty() ? "" : ", ") + json_str(a);
-  emit("{\"type\": \"meta\", \"tool\": \"bench\", \"impl\": \"c++\", \"version\": " + json_str(tent_version_string()) +
+  emit("{\"type\": \"meta\", \"tool\": \"sweep\", \"impl\": \"c++\", \"version\": " + json_str(tent_version_string()) +
        ", \"date\": " + json_str(date) + ", \"machine\": {\"nproc\": " + std::to_string(m.nproc) +
        ", \"cpu\": " + json_str(m.cpu) + ", \"kernel\": " + json_str(m.kernel) + ", \"hostname\": " + json_str(m.host) +
        "}, \"load_start\": " + load_start + ", \"argv\": [" + argv_json + "]}");
@@ -1146,7 +1146,7 @@ int initiator_main(const Options &o) {
        loadavg_json() + ", \"limits\": {\"iperf3\": [" + iperf_json + "]}}");
   if (out && out != stdout) std::fclose(out);
 
-  std::fprintf(screen, "bench %s (c++) %s | %ld cpus, %s, kernel %s | load %s -> %s\n", tent_version_string(), date,
+  std::fprintf(screen, "sweep %s (c++) %s | %ld cpus, %s, kernel %s | load %s -> %s\n", tent_version_string(), date,
                m.nproc, m.cpu.c_str(), m.kernel.c_str(), load_start.c_str(), loadavg_json().c_str());
   if (!memcpy_lim.empty()) {
     string s;
@@ -1169,24 +1169,24 @@ int initiator_main(const Options &o) {
   for (const string &n : notes) std::fprintf(screen, "note: %s\n", n.c_str());
   print_table(screen, results);
   if (failures) {
-    std::fprintf(screen, "bench: %d of %zu points failed%s\n", failures, results.size(),
+    std::fprintf(screen, "sweep: %d of %zu points failed%s\n", failures, results.size(),
                  crashes ? (" (" + std::to_string(crashes) + " target crashes)").c_str() : "");
   }
   if (!o.plot.empty()) {
-    std::fprintf(stderr, "--plot %s: plotting is tent-bench's (matplotlib): run with --json FILE, then "
-                         "`tent-bench --from-json FILE --plot %s`\n", o.plot.c_str(), o.plot.c_str());
+    std::fprintf(stderr, "--plot %s: plotting is sweep.py's (matplotlib): run with --json FILE, then "
+                         "`sweep.py --from-json FILE --plot %s`\n", o.plot.c_str(), o.plot.c_str());
   }
   return failures ? 1 : 0;
 }
 
 const char *kUsage =
-    "usage: bench [--role both|initiator|target] [--target NAME] [--listen ADDR]\n"
+    "usage: sweep [--role both|initiator|target] [--target NAME] [--listen ADDR]\n"
     "             [--transport local,shm,tcp[,shm:register]] [--target-mem alloc,register]\n"
     "             [--op write,read] [--block-size 4K,64K|4K-64M[/2]] [--batch 128] [--threads 1]\n"
     "             [--duration 2] [--bytes SIZE] [--span 256M] [--check] [--timeout 120] [--streams N]\n"
     "             [--json [FILE]] [--plot PNG] [--progress|--no-progress] [--no-limits]\n"
     "             [--iperf3-seconds 3] [--memcpy-seconds 0.3] [--idle-seconds N]\n"
-    "The C++ twin of tent-bench; see the top of cpp_examples/bench.cc.\n";
+    "The C++ twin of bench/sweep/sweep.py; see the top of bench/sweep/sweep.cc.\n";
 
 }  // namespace
 
@@ -1196,11 +1196,11 @@ int main(int argc, char **argv) {
     if (o.role == "target") return target_main(o);
     return initiator_main(o);
   } catch (const Usage &u) {
-    if (*u.what()) std::fprintf(stderr, "bench: %s\n", u.what());
+    if (*u.what()) std::fprintf(stderr, "sweep: %s\n", u.what());
     std::fprintf(stderr, "%s", kUsage);
     return *u.what() ? 2 : 0;
   } catch (const std::exception &e) {
-    std::fprintf(stderr, "bench: %s\n", e.what());
+    std::fprintf(stderr, "sweep: %s\n", e.what());
     return 1;
   }
 }
