@@ -12,7 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/handles"
+	"github.com/tent-dev/tent/capi/internal/handles"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/handles"
+	"github.com/tent-dev/tent/capi/internal/handles"
 	"github.com/tent-dev/tent/status"
 )
 
