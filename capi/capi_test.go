@@ -530,6 +530,42 @@ func TestUninstall(t *testing.T) {
 	requireFail(t, status.InvalidHandle, cUninstall(0, nil))
 }
 
+// tent_engine_transports lists the installed transports in the order
+// asked for, in the format the transports option takes, and follows
+// uninstalls.
+func TestEngineTransports(t *testing.T) {
+	for _, asked := range []string{"fake,local", "local,fake"} {
+		e, r := cEngineCreate(&cOptions{Transports: strp(asked)})
+		require.Equal(t, status.OK, r.Code, r.Msg)
+		s, n, r := cEngineTransports(e, 64)
+		require.Equal(t, status.OK, r.Code, r.Msg)
+		require.Equal(t, asked, s)
+		require.EqualValues(t, len(asked), n)
+		_, n, r = cEngineTransports(e, 0)
+		requireFail(t, status.BufferTooSmall, r)
+		require.EqualValues(t, len(asked), n)
+
+		e2, r := cEngineCreate(&cOptions{Transports: strp(s)})
+		require.Equal(t, status.OK, r.Code, "the list is a valid transports option: %s", r.Msg)
+		s2, _, _ := cEngineTransports(e2, 64)
+		require.Equal(t, s, s2)
+		require.Equal(t, status.OK, cEngineDestroy(e2).Code)
+
+		require.Equal(t, status.OK, cUninstall(e, strp("fake")).Code)
+		s, _, r = cEngineTransports(e, 64)
+		require.Equal(t, status.OK, r.Code, r.Msg)
+		require.Equal(t, "local", s)
+		require.Equal(t, status.OK, cUninstall(e, nil).Code)
+		s, n, r = cEngineTransports(e, 64)
+		require.Equal(t, status.OK, r.Code, r.Msg)
+		require.Equal(t, "", s)
+		require.Zero(t, n)
+		require.Equal(t, status.OK, cEngineDestroy(e).Code)
+		_, _, r = cEngineTransports(e, 64)
+		requireFail(t, status.InvalidHandle, r)
+	}
+}
+
 // exportCalls calls every export once with arguments that would succeed.
 func exportCalls(e, reg uint64, buf uintptr) map[string]func() result {
 	return map[string]func() result{
@@ -544,6 +580,7 @@ func exportCalls(e, reg uint64, buf uintptr) map[string]func() result {
 		"uninstall":         func() result { return cUninstall(e, nil) },
 		"engine_stats":      func() result { _, r := cStats(e, 0); return r },
 		"engine_stats_json": func() result { _, _, r := cStatsJSON(e, 4096); return r },
+		"engine_transports": func() result { _, _, r := cEngineTransports(e, 64); return r },
 		"topology_json":     func() result { _, _, r := cTopologyJSON(4096); return r },
 	}
 }

@@ -72,6 +72,10 @@ static tent_status ccall_stats_json(uint64_t e, char *buf, size_t cap, size_t *n
   return tent_engine_stats_json((tent_engine *)(uintptr_t)e, buf, cap, n);
 }
 
+static tent_status ccall_engine_transports(uint64_t e, char *buf, size_t cap, size_t *n) {
+  return tent_engine_transports((tent_engine *)(uintptr_t)e, buf, cap, n);
+}
+
 static tent_status ccall_engine_name(uint64_t e, char *buf, size_t cap, size_t *n) {
   return tent_engine_name((tent_engine *)(uintptr_t)e, buf, cap, n);
 }
@@ -420,6 +424,12 @@ func cStatsJSON(e uint64, capacity int) (string, uint64, result) {
 func cEngineName(e uint64, capacity int) (string, uint64, result) {
 	return cString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
 		return C.ccall_engine_name(C.uint64_t(e), b, c, n)
+	}, capacity)
+}
+
+func cEngineTransports(e uint64, capacity int) (string, uint64, result) {
+	return cString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
+		return C.ccall_engine_transports(C.uint64_t(e), b, c, n)
 	}, capacity)
 }
 

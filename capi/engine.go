@@ -13,8 +13,8 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/capi/internal/handles"
+	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )

@@ -9,8 +9,8 @@ import (
 	"runtime/debug"
 	"unsafe"
 
-	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/capi/internal/handles"
+	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/status"
 )
 

@@ -284,6 +284,11 @@ tent_status tent_region_get_info(tent_engine *engine, tent_region *region, tent_
 
 /* ---- Transports -------------------------------------------------------- */
 
+tent_status tent_engine_transports(tent_engine *engine, char *buf, size_t cap, size_t *len_out) {
+  ENTER();
+  return tentgo_engine_transports(ID(engine), U(buf), cap, U(len_out));
+}
+
 tent_status tent_uninstall(tent_engine *engine, const char *transport_name) {
   ENTER();
   return tentgo_uninstall(ID(engine), U(transport_name));

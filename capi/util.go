@@ -8,8 +8,8 @@ import "C"
 import (
 	"sync/atomic"
 
-	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/capi/internal/handles"
+	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/status"
 )
 

@@ -195,9 +195,11 @@ func transportNames(ts []Transport) []string {
 	return out
 }
 
-// checkListenAddr refuses to expose an engine beyond loopback by default
-// only in the sense that the default address is loopback; an explicit
-// address is taken as the caller's decision.
+// checkListenAddr checks the form of the listen address and the length of
+// the name. It puts no limit on where an engine listens: an engine stays on
+// loopback unless asked otherwise because the default address is
+// "127.0.0.1:0" (withDefaults); an explicit address, a public one too, is
+// the caller's decision.
 func checkListenAddr(o Options) error {
 	if strings.TrimSpace(o.ListenAddr) == "" {
 		return status.Errorf(status.InvalidArgument, "empty listen address")

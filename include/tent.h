@@ -348,6 +348,17 @@ tent_status tent_free(tent_engine *engine, tent_region *region);
 /* "none", "local", "shm", "tcp", "cuda", or "unknown". Static; never fails. */
 const char *tent_transport_name(uint32_t transport);
 
+/* Copies the names of the engine's installed transports in the order a
+ * request tries them (tent_engine_options.transports' order, or the
+ * default preference order), comma-separated and NUL-terminated, into buf:
+ * e.g. "local,shm,tcp", the format tent_engine_options.transports takes. A transport asked for that cannot serve
+ * on this machine is not installed and not listed (tent_engine_stats_json's
+ * "unavailable" says why); after tent_uninstall(engine, NULL) the list is
+ * "". Buffer rules of tent_engine_name: if cap is too small, returns
+ * TENT_ERR_BUFFER_TOO_SMALL; *len_out (may be NULL) receives the length
+ * without the NUL in both cases, so cap 0 with buf NULL asks for the size. */
+tent_status tent_engine_transports(tent_engine *engine, char *buf, size_t cap, size_t *len_out);
+
 /* Uninstalls one transport by name, or all of them when name is NULL.
  * Transfers in flight on it finish or fail with TENT_ERR_CLOSED; then the
  * transport releases every socket, mapping, fd and thread it holds, and

@@ -1071,8 +1071,23 @@ class [[nodiscard]] Engine {
         "tent_engine_stats_json", 2048);
   }
 
-  // The installed transports (the keys of stats_json()'s "transports").
-  std::vector<std::string> transports() const { return parse_transports(stats_json()); }
+  // The installed transports in preference order (tent_engine_transports).
+  std::vector<std::string> transports() const {
+    tent_engine *e = native();
+    std::string list = detail::read_string(
+        [e](char *buf, size_t cap, size_t *len) { return tent_engine_transports(e, buf, cap, len); },
+        "tent_engine_transports", 64);
+    std::vector<std::string> out;
+    for (size_t start = 0; start < list.size();) {
+      size_t comma = list.find(',', start);
+      if (comma == std::string::npos) {
+        comma = list.size();
+      }
+      out.push_back(list.substr(start, comma - start));
+      start = comma + 1;
+    }
+    return out;
+  }
   bool has_transport(std::string_view name) const {
     for (const std::string &t : transports()) {
       if (t == name) {
@@ -1186,67 +1201,6 @@ class [[nodiscard]] Engine {
       msg.resize(len);
       from.resize(std::strlen(from.c_str()));
       return Notification{std::move(msg), std::move(from)};
-    }
-  }
-
-  // The keys of the "transports" object of a stats JSON document.
-  static std::vector<std::string> parse_transports(std::string_view json) {
-    std::vector<std::string> out;
-    const std::string_view key = "\"transports\":";
-    size_t i = json.find(key);
-    if (i == std::string_view::npos) {
-      return out;
-    }
-    i += key.size();
-    auto skip_ws = [&] {
-      while (i < json.size() && (json[i] == ' ' || json[i] == '\n' || json[i] == '\t' || json[i] == '\r')) {
-        i++;
-      }
-    };
-    auto skip_string = [&] {  // json[i] == '"'; leaves i after the closing quote
-      for (i++; i < json.size() && json[i] != '"'; i++) {
-        if (json[i] == '\\') {
-          i++;
-        }
-      }
-      i++;
-    };
-    skip_ws();
-    if (i >= json.size() || json[i] != '{') {
-      return out;
-    }
-    i++;
-    for (;;) {
-      skip_ws();
-      if (i >= json.size() || json[i] != '"') {
-        return out;  // '}' or malformed
-      }
-      size_t start = i + 1;
-      skip_string();
-      out.emplace_back(json.substr(start, i - 1 - start));
-      skip_ws();
-      if (i >= json.size() || json[i] != ':') {
-        return out;
-      }
-      i++;
-      int depth = 0;  // skip the value
-      for (; i < json.size(); i++) {
-        char c = json[i];
-        if (c == '"') {
-          skip_string();
-          i--;
-        } else if (c == '{' || c == '[') {
-          depth++;
-        } else if (c == '}' || c == ']') {
-          if (depth == 0) {
-            return out;
-          }
-          depth--;
-        } else if (c == ',' && depth == 0) {
-          break;
-        }
-      }
-      i++;
     }
   }
 

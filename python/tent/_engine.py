@@ -286,10 +286,12 @@ class Engine(_Managed):
 
     @property
     def transports(self) -> List[str]:
-        """The installed transports, in the order the stats list them: only
-        those that can serve here (``stats()["unavailable"]`` says why one
-        is missing)."""
-        return list(self.stats()["transports"])
+        """The installed transports, in the order a request tries them
+        (tent_engine_transports): only those that can serve here
+        (``stats()["unavailable"]`` says why one is missing)."""
+        h = self._h()
+        names = _read_string(lambda b, c, n: _lib.lib().tent_engine_transports(h, b, c, n), 64)
+        return names.split(",") if names else []
 
     def uninstall(self, name: Optional[str] = None) -> None:
         """Uninstalls one transport, or all of them (None)."""

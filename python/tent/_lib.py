@@ -234,6 +234,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "tent_alloc": (tent_status, [handle, c_size_t, c_char_p, c_uint32, _P(c_void_p), _P(handle)]),
     "tent_free": (tent_status, [handle, handle]),
     "tent_transport_name": (c_char_p, [c_uint32]),
+    "tent_engine_transports": (tent_status, [handle, c_char_p, c_size_t, _P(c_size_t)]),
     "tent_uninstall": (tent_status, [handle, c_char_p]),
     "tent_engine_stats": (tent_status, [handle, _P(Stats)]),
     "tent_engine_stats_json": (tent_status, [handle, c_char_p, c_size_t, _P(c_size_t)]),

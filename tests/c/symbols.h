@@ -28,6 +28,7 @@
   X(tent_unregister_batch)   \
   X(tent_region_get_info)    \
   X(tent_transport_name)     \
+  X(tent_engine_transports)  \
   X(tent_uninstall)          \
   X(tent_engine_stats)       \
   X(tent_engine_stats_json)  \

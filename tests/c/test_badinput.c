@@ -328,6 +328,19 @@ static tent_status c_stats_json_len(void *p) {
   static char b[65536];
   return tent_engine_stats_json(e, b, sizeof b, p);
 }
+static tent_status c_transports_buf(void *p) { return tent_engine_transports(e, p, 64, NULL); }
+static tent_status c_transports_len(void *p) {
+  char b[64];
+  return tent_engine_transports(e, b, sizeof b, p);
+}
+static tent_status c_transports_cap(void *p) {
+  (void)p;
+  return tent_engine_transports(e, bad(K_EDGE), SIZE_MAX, NULL);
+}
+static tent_status c_transports_handle(void *p) {
+  char b[64];
+  return tent_engine_transports(p, b, sizeof b, NULL);
+}
 static tent_status c_topology_buf(void *p) { return tent_topology_json(p, 65536, NULL); }
 static tent_status c_topology_len(void *p) {
   static char b[65536];
@@ -592,6 +605,10 @@ static const struct entry table[] = {
     {"tent_engine_stats", "out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_stats},
     {"tent_engine_stats_json", "buf", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_stats_json_buf},
     {"tent_engine_stats_json", "len_out", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_stats_json_len},
+    {"tent_engine_transports", "buf", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_transports_buf},
+    {"tent_engine_transports", "len_out", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_transports_len},
+    {"tent_engine_transports", "cap = SIZE_MAX, short buf", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_transports_cap},
+    {"tent_engine_transports", "engine (as a handle)", PTRS, 0, TENT_ERR_INVALID_HANDLE, c_transports_handle},
     {"tent_topology_json", "buf", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_topology_buf},
     {"tent_topology_json", "len_out", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_topology_len},
 

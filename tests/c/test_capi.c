@@ -432,6 +432,37 @@ static void test_uninstall_and_stats(void) {
   CHECK_ST(tent_engine_destroy(e), TENT_OK);
 }
 
+/* tent_engine_transports: the order asked for, the buffer rules of
+ * tent_engine_name, "" once everything is uninstalled. */
+static void test_engine_transports(void) {
+  tent_engine_options o = TENT_ENGINE_OPTIONS_INIT;
+  o.transports = "tcp,local";
+  tent_engine *e = NULL;
+  CHECK_ST(tent_engine_create(&o, &e), TENT_OK);
+  char buf[64];
+  size_t n = 0, need = 0;
+  CHECK_ST(tent_engine_transports(e, buf, sizeof buf, &n), TENT_OK);
+  CHECK(strcmp(buf, "tcp,local") == 0);
+  CHECK_EQ_U64(n, strlen("tcp,local"));
+  CHECK_ST(tent_engine_transports(e, buf, sizeof buf, NULL), TENT_OK);
+  CHECK_ST(tent_engine_transports(e, NULL, 0, &need), TENT_ERR_BUFFER_TOO_SMALL);
+  CHECK_EQ_U64(need, n);
+  memset(buf, 'x', sizeof buf);
+  CHECK_ST(tent_engine_transports(e, buf, n, &need), TENT_ERR_BUFFER_TOO_SMALL);
+  CHECK(buf[0] == 'x'); /* nothing written on failure */
+  CHECK_ST(tent_engine_transports(e, NULL, 5, &n), TENT_ERR_INVALID_ARGUMENT);
+  CHECK(strstr(tent_last_error(), "buf is NULL") != NULL);
+  CHECK_ST(tent_engine_transports(NULL, buf, sizeof buf, &n), TENT_ERR_INVALID_HANDLE);
+  CHECK_ST(tent_uninstall(e, "local"), TENT_OK);
+  CHECK_ST(tent_engine_transports(e, buf, sizeof buf, &n), TENT_OK);
+  CHECK(strcmp(buf, "tcp") == 0);
+  CHECK_ST(tent_uninstall(e, NULL), TENT_OK);
+  CHECK_ST(tent_engine_transports(e, buf, sizeof buf, &n), TENT_OK);
+  CHECK(strcmp(buf, "") == 0 && n == 0);
+  CHECK_ST(tent_engine_destroy(e), TENT_OK);
+  CHECK_ST(tent_engine_transports(e, buf, sizeof buf, &n), TENT_ERR_INVALID_HANDLE);
+}
+
 /* ---- The last error is per thread ------------------------------------- */
 
 static pthread_barrier_t err_barrier;
@@ -667,6 +698,7 @@ int main(void) {
   test_batches();
   test_bad_pointers();
   test_uninstall_and_stats();
+  test_engine_transports();
   test_last_error_per_thread();
   test_overlap_race();
   test_destroy_releases();

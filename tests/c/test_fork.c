@@ -60,6 +60,7 @@ static void child_calls(tent_engine *e, tent_region *r, void *buf) {
   child_expect("tent_register", tent_register(e, (char *)buf + 128, 64, NULL, RW, &r2));
   child_expect("tent_register_batch", tent_register_batch(e, &d, 1, RW, rs));
   child_expect("tent_region_get_info", tent_region_get_info(e, r, &info));
+  child_expect("tent_engine_transports", tent_engine_transports(e, out, sizeof out, &n));
   child_expect("tent_uninstall", tent_uninstall(e, NULL));
   child_expect("tent_engine_stats", tent_engine_stats(e, &s));
   child_expect("tent_engine_stats_json", tent_engine_stats_json(e, out, sizeof out, &n));

@@ -771,7 +771,7 @@ TEST_F(Tent, Notifications) {
 
 // ---- Stats JSON ------------------------------------------------------------------------
 
-TEST_F(Tent, TransportsFromStatsJson) {
+TEST_F(Tent, Transports) {
   tent::Engine e;
   std::vector<std::string> t = e.transports();
   EXPECT_NE(std::find(t.begin(), t.end(), "tcp"), t.end()) << e.stats_json();
@@ -780,11 +780,14 @@ TEST_F(Tent, TransportsFromStatsJson) {
   EXPECT_FALSE(e.has_transport("carrier-pigeon"));
   tent::Engine only_tcp(tent::EngineOptions().transports("tcp"));
   EXPECT_EQ(only_tcp.transports(), std::vector<std::string>{"tcp"});
-  EXPECT_EQ(tent::Engine::parse_transports(
-                R"({"a":1,"transports":{"x":{"n":{"deep":[1,2]},"s":"}{,"},"y\"z":2, "w" : {}},"b":2})"),
-            (std::vector<std::string>{"x", "y\\\"z", "w"}));
-  EXPECT_TRUE(tent::Engine::parse_transports(R"({"transports":{}})").empty());
-  EXPECT_TRUE(tent::Engine::parse_transports("garbage").empty());
+  // The order asked for is the order requests try them; an uninstalled
+  // transport leaves the list.
+  tent::Engine two(tent::EngineOptions().transports("tcp,local"));
+  EXPECT_EQ(two.transports(), (std::vector<std::string>{"tcp", "local"}));
+  two.uninstall("local");
+  EXPECT_EQ(two.transports(), std::vector<std::string>{"tcp"});
+  two.uninstall_all();
+  EXPECT_TRUE(two.transports().empty());
   EXPECT_NE(tent::topology_json().find("\"gpus\""), std::string::npos);
 }
 

@@ -66,6 +66,7 @@ def load():
         "tent_unregister": (st, [VP, VP]),
         "tent_unregister_batch": (st, [VP, P(VP), S]),
         "tent_region_get_info": (st, [VP, VP, P(RegionInfo)]),
+        "tent_engine_transports": (st, [VP, ctypes.c_char_p, S, P(S)]),
         "tent_uninstall": (st, [VP, ctypes.c_char_p]),
         "tent_engine_stats": (st, [VP, P(Stats)]),
         "tent_engine_stats_json": (st, [VP, ctypes.c_char_p, S, P(S)]),
@@ -91,6 +92,7 @@ def every_call(lib, engine, region, buf):
     yield "tent_register", lib.tent_register(engine, buf, 64, None, RW, ctypes.byref(out))
     yield "tent_register_batch", lib.tent_register_batch(engine, desc, 1, RW, regions)
     yield "tent_region_get_info", lib.tent_region_get_info(engine, region, ctypes.byref(info))
+    yield "tent_engine_transports", lib.tent_engine_transports(engine, text, 256, ctypes.byref(n))
     yield "tent_uninstall", lib.tent_uninstall(engine, None)
     yield "tent_engine_stats", lib.tent_engine_stats(engine, ctypes.byref(stats))
     yield "tent_engine_stats_json", lib.tent_engine_stats_json(engine, text, 256, ctypes.byref(n))

@@ -32,7 +32,7 @@ def test_engine_basics():
     e = tent.Engine(timeout=5, unregister_timeout=1, tcp_streams=2, transports=["local", "tcp"])
     try:
         assert ":" in e.name  # the listener's host:port
-        assert e.transports == ["local", "tcp"] or set(e.transports) == {"local", "tcp"}
+        assert e.transports == ["local", "tcp"]
         assert repr(e).startswith("<tent.Engine")
         s = e.stats()
         assert s["regions"] == 0 and s["handles"] == 0 and "transports" in s
@@ -302,6 +302,14 @@ def test_stats_counts_and_back_to_baseline(engine, self_segment):
     s = engine.stats()
     assert {k: s[k] for k in ("regions", "allocations", "handles")} == {
         k: base[k] for k in ("regions", "allocations", "handles")}
+
+
+def test_transports_in_the_order_asked_for():
+    with tent.Engine(transports="tcp,local") as e:
+        assert e.transports == ["tcp", "local"]
+        # the list is what tent_engine_options.transports takes back
+        with tent.Engine(transports=",".join(e.transports)) as f:
+            assert f.transports == e.transports
 
 
 def test_uninstall(engine):

@@ -23,8 +23,12 @@ import (
 // (their replies must be read to keep the stream in step) but their
 // payloads go to scratch instead of local memory.
 type reqState struct {
-	t        *Transport
-	r        *core.Request // nil for raw (test) requests, which report on raw
+	t *Transport
+	// r is the request this state completes. It is nil for a request
+	// that is not a core.Request: a leg of a staged transfer
+	// (staging.go's host-buffer copies) or Raw in the tests; such a
+	// request reports its result on raw instead.
+	r        *core.Request
 	raw      chan error
 	op       uint8
 	local    uint64
