@@ -57,7 +57,7 @@ func (e *Engine) serveControl(c net.Conn, _ string) {
 			desc, derr := e.EncodedDescriptor()
 			enc := wire.NewEncoder(make([]byte, 0, len(desc)+32))
 			enc.U64(id)
-			putStatus(&enc, derr)
+			enc.Status(derr)
 			enc.Bytes(desc)
 			if write(ctlDesc, enc.Out()) != nil {
 				return
@@ -71,7 +71,7 @@ func (e *Engine) serveControl(c net.Conn, _ string) {
 			nerr := e.notes.push(from, msg)
 			enc := wire.NewEncoder(nil)
 			enc.U64(id)
-			putStatus(&enc, nerr)
+			enc.Status(nerr)
 			if write(ctlNotifyDone, enc.Out()) != nil {
 				return
 			}
@@ -96,28 +96,6 @@ func pushChanges(e *Engine, write func(uint8, []byte) error, changed, stop chan 
 			}
 		}
 	}
-}
-
-func putStatus(enc *wire.Encoder, err error) {
-	enc.U32(uint32(int32(status.CodeOf(err))))
-	if err != nil {
-		enc.String(err.Error())
-	} else {
-		enc.String("")
-	}
-}
-
-func getStatus(d *wire.Decoder) error {
-	code := status.Code(int32(d.U32()))
-	msg := d.String(64 << 10)
-	if d.Err() != nil || code == status.OK {
-		return nil
-	}
-	if _, ok := status.Lookup(code); !ok || code > 0 {
-		d.Fail(status.Errorf(status.Protocol, "unknown status code %d", code))
-		return nil
-	}
-	return status.Errorf(code, "peer: %s", msg)
 }
 
 func (e *Engine) subscribe(ch, stop chan struct{}) {

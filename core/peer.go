@@ -240,7 +240,7 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 		return nil, status.Errorf(status.CodeOf(err), "segment %q: %w", p.name, err)
 	}
 	dec := wire.NewDecoder(payload)
-	serr := getStatus(&dec)
+	serr := dec.Status(p.name)
 	raw := dec.Bytes(wire.MaxDescriptorSize)
 	if err := dec.Finish(); err != nil {
 		l.fail(err)
@@ -299,7 +299,7 @@ func (p *Peer) notify(msg []byte, deadline time.Time) error {
 		return err
 	}
 	dec := wire.NewDecoder(payload)
-	serr := getStatus(&dec)
+	serr := dec.Status(p.name)
 	if err := dec.Finish(); err != nil {
 		return err
 	}

@@ -32,7 +32,9 @@ type Config struct {
 	// handshake.
 	HandshakeTimeout time.Duration
 	// SameUser admits only Unix-socket peers that run as this process's
-	// user or as root; any other connection is refused.
+	// user or as root (SO_PEERCRED, checked at accept, before the handler
+	// sees the connection); any other connection is refused and counted
+	// in Stats.PeerRejected. Pending.Peer then reports the credentials.
 	SameUser bool
 	// MinBackoff and MaxBackoff bound the pause after a failed accept.
 	MinBackoff, MaxBackoff time.Duration
@@ -124,15 +126,18 @@ func (l *Loop) Serve(handle Handler) {
 		}
 		backoff = 0
 		l.accepted.Add(1)
+		var cred *Cred
 		if l.cfg.SameUser {
-			if err := checkSameUser(c, l.uid); err != nil {
+			got, err := checkSameUser(c, l.uid)
+			if err != nil {
 				l.rejected.Add(1)
 				l.cfg.Logger.Warn("connection refused", "listener", l.cfg.Name, "remote", remote(c), "err", err)
 				_ = c.Close()
 				continue
 			}
+			cred = &got
 		}
-		p := l.admit(c)
+		p := l.admit(c, cred)
 		if p == nil {
 			_ = c.Close()
 			return
@@ -188,8 +193,8 @@ func (l *Loop) isClosed() bool {
 
 // admit starts c's handshake clock, making room by evicting the oldest
 // unauthenticated connection if needed; nil once the loop is closed.
-func (l *Loop) admit(c net.Conn) *Pending {
-	p := &Pending{l: l, c: c, deadline: time.Now().Add(l.cfg.HandshakeTimeout)}
+func (l *Loop) admit(c net.Conn, cred *Cred) *Pending {
+	p := &Pending{l: l, c: c, cred: cred, deadline: time.Now().Add(l.cfg.HandshakeTimeout)}
 	_ = c.SetDeadline(p.deadline)
 	l.mu.Lock()
 	if l.closed {
@@ -269,9 +274,19 @@ func (l *Loop) Stats() Stats {
 type Pending struct {
 	l        *Loop
 	c        net.Conn
+	cred     *Cred // nil unless SameUser checked it
 	deadline time.Time
 	elem     *list.Element // nil once off the list (on l.mu)
 	timer    *time.Timer
+}
+
+// Peer is the peer's credentials as checked at accept; ok is false when
+// the loop checks none (Config.SameUser off).
+func (p *Pending) Peer() (c Cred, ok bool) {
+	if p.cred == nil {
+		return Cred{}, false
+	}
+	return *p.cred, true
 }
 
 // Deadline is when the handshake must be done; the connection's deadline

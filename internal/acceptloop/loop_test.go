@@ -271,6 +271,10 @@ func TestSameUserAdmitsThisUser(t *testing.T) {
 	uid, err := PeerUID(a.c.(*net.UnixConn))
 	require.NoError(t, err)
 	require.Equal(t, os.Getuid(), uid)
+	cred, ok := a.p.Peer()
+	require.True(t, ok, "the credentials checked at accept are kept")
+	require.Equal(t, os.Getpid(), cred.PID)
+	require.EqualValues(t, os.Getuid(), cred.UID)
 	require.Zero(t, l.Stats().PeerRejected)
 }
 
@@ -324,6 +328,14 @@ func TestSameUserRefusesAnotherUser(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 	require.EqualValues(t, 1, l.Stats().PeerRejected)
 	require.Empty(t, got)
+}
+
+// Same-host capabilities go only to peers of this uid, or root.
+func TestSameUserOrRoot(t *testing.T) {
+	require.True(t, SameUserOrRoot(1000, 1000))
+	require.True(t, SameUserOrRoot(0, 1000), "root can take them anyway")
+	require.False(t, SameUserOrRoot(1001, 1000))
+	require.False(t, SameUserOrRoot(1000, 0), "root's go to root only")
 }
 
 func TestConfigDefaults(t *testing.T) {

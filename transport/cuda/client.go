@@ -9,6 +9,7 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -29,7 +30,7 @@ type session struct {
 	name string // the target's segment name, for messages
 	c    net.Conn
 	r    io.Reader
-	fdr  *fdReader // nil over TCP
+	fdr  *lease.FDReader // nil over TCP
 
 	wmu sync.Mutex
 
@@ -155,7 +156,7 @@ func (t *Transport) dialSession(e *core.Engine, desc *wire.SegmentDesc, tcp bool
 			return nil, status.Errorf(status.CodeOf(err), "cuda: handshake with %s: %w", desc.Name, err)
 		}
 		uc := c.(*net.UnixConn)
-		s.c, s.fdr = c, newFDReader(uc)
+		s.c, s.fdr = c, lease.NewFDReader(uc, maxFDsPerMsg, lease.FDCounts{})
 		s.r = s.fdr
 	}
 	_ = s.c.SetReadDeadline(deadline)
@@ -176,7 +177,7 @@ func (t *Transport) dialSession(e *core.Engine, desc *wire.SegmentDesc, tcp bool
 	if err != nil {
 		s.c.Close()
 		if s.fdr != nil {
-			s.fdr.closeAll()
+			s.fdr.CloseAll()
 		}
 		return nil, err
 	}
@@ -226,7 +227,7 @@ func (s *session) readLoop() {
 		// Fds that arrived for nobody, and the session's imports: a dead
 		// session means the target can no longer grant leases over it.
 		if s.fdr != nil {
-			s.fdr.closeAll()
+			s.fdr.CloseAll()
 		}
 		t.sessionDied(s)
 		close(s.done)
@@ -261,7 +262,7 @@ func (s *session) readLoop() {
 				return
 			}
 			if n > 0 {
-				fds, err := s.fdr.take(n)
+				fds, err := s.fdr.Take(n)
 				if err != nil {
 					s.fail(err)
 					return
@@ -380,7 +381,7 @@ func (s *session) importFD(alloc uint64, deadline time.Time) (fd int, base, size
 	d := wire.NewDecoder(rep.payload)
 	d.U64()
 	d.U32()
-	serr := getStatus(&d, s.name)
+	serr := d.Status(s.name)
 	base, size = d.U64(), d.U64()
 	if err := d.Finish(); err != nil {
 		closeFDs(rep.fds)
@@ -451,7 +452,7 @@ func (s *session) lease(ranges []leaseRange, deadline time.Time) (uint64, []gran
 	grants := make([]grant, 0, len(ranges))
 	for i := 0; i < n && d.Err() == nil; i++ {
 		var g grant
-		g.err = getStatus(&d, s.name)
+		g.err = d.Status(s.name)
 		g.alloc, g.base, g.size = d.U64(), d.U64(), d.U64()
 		g.cuda = d.U8() == 1
 		g.uuid = d.String(maxUUID)

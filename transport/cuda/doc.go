@@ -47,10 +47,13 @@
 //     (Acquire with remote-read or remote-write access) and the copy uses
 //     its addresses directly; nothing is imported.
 //   - Same host: each engine with a driver listens on an abstract Unix
-//     socket ("@tent-cuda-<pid>-<random>", the "cuda" endpoint). Abstract
-//     sockets have no file permissions, so the target accepts only peers of
-//     its own uid (SO_PEERCRED) or root, then runs the engine's handshake
-//     (wire.ServerHandshake, the engine's secret, channel kind KindCUDA).
+//     socket ("@tent-cuda-<pid>-<random>", the "cuda" endpoint), set up as
+//     the shm transport's by package transport/internal/lease (admission,
+//     framing, descriptor passing, status encoding). Abstract sockets have
+//     no file permissions, so the target accepts only peers of its own uid
+//     (SO_PEERCRED) or root, then runs the engine's handshake
+//     (wire.ServerHandshake, the engine's secret, channel kind KindCUDA;
+//     another kind is refused).
 //     Imports travel as an fd (SCM_RIGHTS) exported per request with
 //     cuMemExportToShareableHandle; the target closes its copy once sent.
 //     Only allocations registered for remote read and write are exported
@@ -94,7 +97,9 @@
 //	6 release   C->S  u64 lease id
 //	7 revoke    S->C  count n, n × u64 alloc id (imported allocations now unregistered)
 //
-// A status is an i32 code and a str message. Leases hold at most 16384
+// A status is wire's (an i32 code and a str message). A received control
+// message other than SCM_RIGHTS, or truncated, ends the session and closes
+// the descriptors that came with it. Leases hold at most 16384
 // ranges; larger batches take several.
 //
 // # The import cache and the generation rule

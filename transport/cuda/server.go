@@ -1,9 +1,6 @@
 package cuda
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"net"
 	"os"
 	"sync"
@@ -13,6 +10,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -30,7 +28,7 @@ type export struct {
 type server struct {
 	t    *Transport
 	e    *core.Engine
-	loop *acceptloop.Loop
+	ln   *lease.Listener
 	addr string
 
 	mu     sync.Mutex
@@ -44,27 +42,24 @@ type server struct {
 }
 
 func newServer(t *Transport, e *core.Engine) (*server, error) {
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	addr := fmt.Sprintf("@tent-cuda-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:]))
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	// Abstract sockets have no file permissions: the listener admits only
+	// processes of our own user (or root), which alone may import our
+	// memory, secret or not.
+	ln, err := lease.Listen(e, "cuda", KindCUDA)
 	if err != nil {
-		return nil, status.Errorf(status.TransportError, "cuda: listen on %s: %w", addr, err)
+		return nil, err
 	}
-	// Abstract sockets have no file permissions: only processes of our own
-	// user (or root) may import our memory, secret or not.
-	loop := acceptloop.New(ln, e.ListenerConfig("cuda", true))
-	s := &server{t: t, e: e, loop: loop, addr: addr, conns: map[net.Conn]struct{}{}, served: map[*sconn]struct{}{}}
+	s := &server{t: t, e: e, ln: ln, addr: ln.Addr(), conns: map[net.Conn]struct{}{}, served: map[*sconn]struct{}{}}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		loop.Serve(s.admit)
+		ln.Serve(s.admit)
 	}()
 	return s, nil
 }
 
 // admit starts serving an accepted connection (on the loop's goroutine).
-func (s *server) admit(c net.Conn, p *acceptloop.Pending) {
+func (s *server) admit(c *net.UnixConn, p *acceptloop.Pending) {
 	if !s.track(c) {
 		p.Done(false)
 		c.Close()
@@ -75,15 +70,10 @@ func (s *server) admit(c net.Conn, p *acceptloop.Pending) {
 		defer s.wg.Done()
 		defer s.untrack(c)
 		defer func() { _ = recover() }() // a bug here must not take the host process down
-		_, _, err := wire.ServerHandshake(c, wire.HandshakeConfig{
-			Secret: s.e.Options().Secret, Deadline: p.Deadline(), LocalName: s.e.Name(),
-		})
-		p.Done(err == nil)
-		if err != nil {
+		if _, err := s.ln.Handshake(c, p); err != nil {
 			return
 		}
-		uc := c.(*net.UnixConn)
-		s.serve(uc, uc)
+		s.serve(c, c)
 	}()
 }
 
@@ -136,7 +126,7 @@ func (s *server) close() {
 	s.mu.Lock()
 	s.closed = true
 	s.mu.Unlock()
-	s.loop.Close()
+	s.ln.Close()
 	deadline := time.Now().Add(closeWait)
 	for s.leases.Load() > 0 && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
@@ -159,8 +149,8 @@ func (s *server) isClosed() bool {
 	return s.closed
 }
 
-// lease is a set of regions held (Acquire) for one initiator batch.
-type lease struct {
+// heldLease is a set of regions held (Acquire) for one initiator batch.
+type heldLease struct {
 	regions []*core.Region
 	timer   *time.Timer
 	once    sync.Once
@@ -174,7 +164,7 @@ type sconn struct {
 	wmu sync.Mutex
 
 	mu       sync.Mutex
-	leases   map[uint64]*lease
+	leases   map[uint64]*heldLease
 	imported map[uint64]bool // allocations this session was given an fd of
 }
 
@@ -183,7 +173,10 @@ func (sc *sconn) write(typ uint8, payload []byte, fds []int) error {
 	defer sc.wmu.Unlock()
 	_ = sc.c.SetWriteDeadline(time.Now().Add(sc.s.e.Options().DefaultTimeout))
 	if len(fds) > 0 {
-		return writeFrameFDs(sc.uc, typ, payload, fds)
+		if err := lease.WriteFrame(sc.uc, lease.Frame(typ, payload), fds); err != nil {
+			return status.Errorf(status.TransportError, "cuda: sendmsg: %w", err)
+		}
+		return nil
 	}
 	return wire.WriteFrame(sc.c, typ, payload)
 }
@@ -191,7 +184,7 @@ func (sc *sconn) write(typ uint8, payload []byte, fds []int) error {
 // serve answers one session until it fails or is closed, then releases the
 // leases it still holds.
 func (s *server) serve(c net.Conn, uc *net.UnixConn) {
-	sc := &sconn{s: s, c: c, uc: uc, leases: map[uint64]*lease{}, imported: map[uint64]bool{}}
+	sc := &sconn{s: s, c: c, uc: uc, leases: map[uint64]*heldLease{}, imported: map[uint64]bool{}}
 	s.mu.Lock()
 	s.served[sc] = struct{}{}
 	s.mu.Unlock()
@@ -252,7 +245,7 @@ func (sc *sconn) handleImport(id, alloc uint64) error {
 		nfd = 1
 	}
 	enc.U32(nfd)
-	putStatus(&enc, err)
+	enc.Status(err)
 	enc.U64(base)
 	enc.U64(size)
 	if err != nil {
@@ -334,7 +327,7 @@ func (sc *sconn) handleLease(d *wire.Decoder) error {
 		ttl = maxTTL
 	}
 	e := s.e
-	l := &lease{}
+	l := &heldLease{}
 	enc := wire.NewEncoder(make([]byte, 0, 64+len(ranges)*64))
 	var body wire.Encoder
 	body.Reset(make([]byte, 0, len(ranges)*64))
@@ -351,7 +344,7 @@ func (sc *sconn) handleLease(d *wire.Decoder) error {
 		}
 		if err != nil {
 			s.t.leasesDenied.Add(1)
-			putStatus(&body, err)
+			body.Status(err)
 			body.U64(0)
 			body.U64(0)
 			body.U64(0)
@@ -360,7 +353,7 @@ func (sc *sconn) handleLease(d *wire.Decoder) error {
 			continue
 		}
 		l.regions = append(l.regions, r)
-		putStatus(&body, nil)
+		body.Status(nil)
 		var alloc uint64
 		if r.Alloc != nil {
 			alloc = r.Alloc.ID
@@ -406,14 +399,14 @@ func (sc *sconn) release(id uint64) {
 func (sc *sconn) releaseAll() {
 	sc.mu.Lock()
 	ls := sc.leases
-	sc.leases = map[uint64]*lease{}
+	sc.leases = map[uint64]*heldLease{}
 	sc.mu.Unlock()
 	for _, l := range ls {
 		sc.s.drop(l)
 	}
 }
 
-func (s *server) drop(l *lease) {
+func (s *server) drop(l *heldLease) {
 	l.once.Do(func() {
 		if l.timer != nil {
 			l.timer.Stop()

@@ -468,7 +468,7 @@ func (t *Transport) ListenerStats() (core.ListenerStats, bool) {
 	if srv == nil || closed {
 		return core.ListenerStats{}, false
 	}
-	return srv.loop.Stats(), true
+	return srv.ln.Stats(), true
 }
 
 // Stats reports what the transport holds; every count but the totals

@@ -13,7 +13,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -260,30 +262,11 @@ func (cl *client) dial(deadline time.Time) (*conn, error) {
 // needs, valid in this process's pid namespace whatever the descriptor
 // says (0 if the peer is not visible in it).
 func peerPID(uc *net.UnixConn) (int, error) {
-	cred, err := peerCred(uc)
+	cred, err := acceptloop.PeerCred(uc)
 	if err != nil {
-		return 0, err
+		return 0, status.Errorf(status.TransportError, "shm: %w", err)
 	}
-	return int(cred.Pid), nil // 0 when the peer's pid namespace is not ours: no process_vm
-}
-
-// peerCred returns the kernel's SO_PEERCRED answer for uc.
-func peerCred(uc *net.UnixConn) (*unix.Ucred, error) {
-	raw, err := uc.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *unix.Ucred
-	var cerr error
-	if err := raw.Control(func(fd uintptr) {
-		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	if cerr != nil {
-		return nil, status.Errorf(status.TransportError, "shm: SO_PEERCRED: %w", cerr)
-	}
-	return cred, nil
+	return cred.PID, nil // 0 when the peer's pid namespace is not ours: no process_vm
 }
 
 func (c *conn) isDead() bool {
@@ -434,9 +417,9 @@ func (c *conn) release(id uint64) {
 // handing them to their waiter) and revokes, until the connection dies.
 func (c *conn) readLoop() {
 	t := c.t
-	fr := newFDReader(c.c, &t.fds, &t.fdsReceived)
+	fr := lease.NewFDReader(c.c, maxGrantFDs, lease.FDCounts{Held: &t.fds, Received: &t.fdsReceived})
 	defer func() {
-		fr.closeAll()
+		fr.CloseAll()
 		t.mu.Lock()
 		delete(t.conns, c)
 		t.mu.Unlock()
@@ -490,18 +473,18 @@ func (c *conn) readLoop() {
 	}
 }
 
-func (c *conn) onGrant(fr *fdReader, payload []byte, h *grantHead) error {
+func (c *conn) onGrant(fr *lease.FDReader, payload []byte, h *grantHead) error {
 	d := wire.NewDecoder(payload)
 	decodeGrantHead(&d, h)
 	if err := d.Err(); err != nil {
 		return err
 	}
-	fds, err := fr.take(len(h.fds))
+	fds, err := fr.Take(len(h.fds))
 	if err != nil {
 		return err
 	}
 	for i, f := range h.fds {
-		c.install(f, h.gen, fds[i])
+		c.install(fr, f, h.gen, fds[i])
 	}
 	rest := payload[d.Offset():]
 	c.mu.Lock()
@@ -523,9 +506,9 @@ func (c *conn) onGrant(fr *fdReader, payload []byte, h *grantHead) error {
 
 // install maps a received memfd and closes the descriptor; on any problem
 // the allocation is simply not mapped and its requests use process_vm.
-func (c *conn) install(f grantFD, gen uint64, fd int) {
+func (c *conn) install(fr *lease.FDReader, f grantFD, gen uint64, fd int) {
 	t := c.t
-	defer closeFD(fd, &t.fds)
+	defer fr.Close([]int{fd})
 	c.mu.Lock()
 	_, have := c.maps[f.alloc]
 	dead := c.err != nil

@@ -9,8 +9,12 @@
 // # Endpoints and eligibility
 //
 // Every engine with shm installed listens on a Unix stream socket in the
-// abstract namespace, "@tent-<pid>-<16 hex digits>", published in its
-// descriptor as the endpoint {"shm", "@tent-..."}. A request is eligible
+// abstract namespace, "@tent-shm-<pid>-<16 hex digits>", published in its
+// descriptor as the endpoint {"shm", "@tent-shm-..."}; endpoint, admission,
+// framing and descriptor passing are package transport/internal/lease's,
+// shared with the cuda transport. Only peers of the target's uid, or
+// root, are admitted (SO_PEERCRED at accept): another user's connection
+// is closed before its handshake. A request is eligible
 // when the peer's descriptor has the MachineID of this host and an shm
 // endpoint, and both regions are host memory. Connections run the tent
 // handshake (wire.ClientHandshake / wire.ServerHandshake, channel kind 3)
@@ -59,7 +63,9 @@
 //
 // Frames are at most maxFrame bytes; anything malformed (unknown type or
 // op, bad counts, trailing bytes, a duplicate lease id, fewer descriptors
-// than announced, truncated control data) closes the connection.
+// than announced, a control message other than SCM_RIGHTS, truncated
+// control data) closes the connection, and the descriptors received with
+// it are closed.
 //
 // # Lease lifecycle
 //
@@ -94,7 +100,9 @@
 // memfd) names the allocation when the allocation may be shared
 // (core.Region.HandleShareable: the registration covers the whole
 // allocation and permits remote read and write) and the peer runs as the
-// target's uid or as root (SO_PEERCRED on the accepted connection). The
+// target's uid or as root (SO_PEERCRED on the accepted connection, which
+// the listener already required; checked again before a descriptor goes
+// out). The
 // target attaches the allocation's descriptor to the grant the first time
 // it grants that allocation on the connection, and never for memory it did
 // not grant. A memfd is not a read-only capability whatever its open mode:
@@ -200,8 +208,9 @@
 // and a process with that permission can already read and write all of
 // the target's memory without tent; tent hands it nothing. Descriptor
 // sharing is narrower: only read-write allocations the target granted in a
-// lease, to peers of its uid — but once sent, a mapping outlives the lease
-// and the registration until the initiator drops it, and a dishonest
+// lease, to peers of its uid (no other user gets past accept) — but once
+// sent, a mapping outlives the lease and the registration until the
+// initiator drops it, and a dishonest
 // initiator may keep it; revocation (REVOKE) relies on the initiator's
 // cooperation, and the memory of a freed allocation is only returned to
 // the system when every mapping is gone (no other data ever lands in it).

@@ -18,6 +18,7 @@ import (
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
 )
@@ -180,7 +181,7 @@ func requireBaseline(t testing.TB, base procCounts, what string) {
 // (stale, lying) a test wants.
 type rawClient struct {
 	c    *net.UnixConn
-	fr   *fdReader
+	fr   *lease.FDReader
 	held atomic.Int64
 	recv atomic.Int64
 }
@@ -195,8 +196,8 @@ func dialRaw(t testing.TB, addr string, secret []byte) (*rawClient, error) {
 		return nil, err
 	}
 	rc := &rawClient{c: uc}
-	rc.fr = newFDReader(uc, &rc.held, &rc.recv)
-	t.Cleanup(func() { rc.fr.closeAll(); uc.Close() })
+	rc.fr = lease.NewFDReader(uc, maxGrantFDs, lease.FDCounts{Held: &rc.held, Received: &rc.recv})
+	t.Cleanup(func() { rc.fr.CloseAll(); uc.Close() })
 	return rc, nil
 }
 
@@ -224,7 +225,7 @@ func (rc *rawClient) lease(t testing.TB, id uint64, ttl time.Duration, ents ...l
 	var h grantHead
 	decodeGrantHead(&d, &h)
 	require.NoError(t, d.Err())
-	fds, err := rc.fr.take(len(h.fds))
+	fds, err := rc.fr.Take(len(h.fds))
 	require.NoError(t, err)
 	out := make([]grantEntry, len(ents))
 	require.NoError(t, decodeGrantEntries(payload[d.Offset():], out))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -84,17 +85,6 @@ type grantHead struct {
 	fds []grantFD
 }
 
-// beginFrame appends a frame header whose length endFrame fills in.
-func beginFrame(b []byte, typ uint8) []byte {
-	return append(b, typ, 0, 0, 0, 0, 0, 0, 0)
-}
-
-// endFrame sets the length of the frame that starts at start.
-func endFrame(b []byte, start int) []byte {
-	binary.LittleEndian.PutUint32(b[start+4:], uint32(len(b)-start-wire.FrameHeaderSize))
-	return b
-}
-
 func durationNS(d time.Duration) uint64 {
 	if d < 0 {
 		return 0
@@ -112,7 +102,7 @@ func nsDuration(ns uint64) time.Duration {
 // appendLease appends a lease frame for reqs.
 func appendLease(b []byte, id uint64, ttl time.Duration, reqs []*core.Request) []byte {
 	start := len(b)
-	b = beginFrame(b, frameLease)
+	b = lease.BeginFrame(b, frameLease)
 	e := wire.NewEncoder(b)
 	e.U64(id)
 	e.U64(durationNS(ttl))
@@ -122,7 +112,7 @@ func appendLease(b []byte, id uint64, ttl time.Duration, reqs []*core.Request) [
 		e.U64(r.Remote)
 		e.U64(r.Len)
 	}
-	return endFrame(e.Out(), start)
+	return lease.EndFrame(e.Out(), start)
 }
 
 // decodeLease decodes a lease payload into m, reusing m.ents.
@@ -153,7 +143,7 @@ func decodeLease(p []byte, m *leaseMsg) error {
 // appendGrant appends a grant frame.
 func appendGrant(b []byte, id, gen uint64, ttl time.Duration, fds []grantFD, ents []grantEntry) []byte {
 	start := len(b)
-	b = beginFrame(b, frameGrant)
+	b = lease.BeginFrame(b, frameGrant)
 	e := wire.NewEncoder(b)
 	e.U64(id)
 	e.U64(gen)
@@ -182,7 +172,7 @@ func appendGrant(b []byte, id, gen uint64, ttl time.Duration, fds []grantFD, ent
 			e.String(msg)
 		}
 	}
-	return endFrame(e.Out(), start)
+	return lease.EndFrame(e.Out(), start)
 }
 
 // decodeGrantHead decodes a grant up to and including its descriptor list,
@@ -236,9 +226,9 @@ func decodeGrantEntries(p []byte, ents []grantEntry) error {
 
 func appendRelease(b []byte, id uint64) []byte {
 	start := len(b)
-	b = beginFrame(b, frameRelease)
+	b = lease.BeginFrame(b, frameRelease)
 	b = binary.LittleEndian.AppendUint64(b, id)
-	return endFrame(b, start)
+	return lease.EndFrame(b, start)
 }
 
 func decodeRelease(p []byte) (uint64, error) {
@@ -249,13 +239,13 @@ func decodeRelease(p []byte) (uint64, error) {
 
 func appendRevoke(b []byte, ids []uint64) []byte {
 	start := len(b)
-	b = beginFrame(b, frameRevoke)
+	b = lease.BeginFrame(b, frameRevoke)
 	e := wire.NewEncoder(b)
 	e.U32(uint32(len(ids)))
 	for _, id := range ids {
 		e.U64(id)
 	}
-	return endFrame(e.Out(), start)
+	return lease.EndFrame(e.Out(), start)
 }
 
 func decodeRevoke(p []byte, ids []uint64) ([]uint64, error) {

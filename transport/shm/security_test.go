@@ -21,6 +21,7 @@ import (
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/internal/testenv"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -54,8 +55,8 @@ func attackCmd(e *core.Engine, args []string) (string, error) {
 		return "", err
 	}
 	var held, recv atomic.Int64
-	fr := newFDReader(uc, &held, &recv)
-	defer fr.closeAll()
+	fr := lease.NewFDReader(uc, maxGrantFDs, lease.FDCounts{Held: &held, Received: &recv})
+	defer fr.CloseAll()
 	_ = uc.SetReadDeadline(time.Now().Add(10 * time.Second))
 	typ, payload, err := wire.ReadFrame(fr, maxFrame, nil)
 	if err != nil || typ != frameGrant {
@@ -71,7 +72,7 @@ func attackCmd(e *core.Engine, args []string) (string, error) {
 	if err := decodeGrantEntries(payload[d.Offset():], ents); err != nil {
 		return "", err
 	}
-	fds, err := fr.take(len(h.fds))
+	fds, err := fr.Take(len(h.fds))
 	if err != nil {
 		return "", err
 	}
@@ -156,9 +157,11 @@ func TestReadOnlyAllocationOverShm(t *testing.T) {
 	require.Zero(t, tr.Stats()["fds_received"])
 }
 
-// A peer running as another user gets no memfd, not even of a read-write
-// allocation: the same attack as above, from a process of uid 65534.
-func TestOtherUserGetsNoMemfd(t *testing.T) {
+// The shm endpoint serves only its own uid or root: a peer of another
+// user is cut off at accept, before the handshake, so it can ask for no
+// lease at all (no memfd, no process_vm on the target's behalf). The same
+// attack as above, from a process of uid 65534.
+func TestOtherUserRefused(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testenv.Skip(t, "running a peer as another user needs root")
 	}
@@ -172,11 +175,14 @@ func TestOtherUserGetsNoMemfd(t *testing.T) {
 	copy(mem, bytes.Repeat([]byte{0x5A}, len(mem)))
 	before := append([]byte(nil), mem...)
 
-	ans, err := attacker.Cmd("attack %s %d %d", tr.addr, r.Addr, r.Len)
-	require.NoError(t, err)
-	require.Equal(t, fmt.Sprintf("fds=0 wrote=0 granted=%d", status.OK), ans)
+	_, err = attacker.Cmd("attack %s %d %d", tr.addr, r.Addr, r.Len)
+	require.Error(t, err, "another user's handshake must not succeed")
+	require.EqualValues(t, 1, target.Stats().Listeners["shm"].PeerRejected, "refused at accept")
+	require.Zero(t, target.Stats().Listeners["shm"].Authenticated)
 	require.Equal(t, before, mem)
 	require.Zero(t, tr.Stats()["fds_sent"])
+	require.Zero(t, tr.Stats()["leases"])
+	require.NoError(t, attacker.Stop())
 }
 
 // sharedCopy copies the executable at path into a directory every user
@@ -192,12 +198,4 @@ func sharedCopy(t *testing.T, path string) string {
 	dst := filepath.Join(dir, filepath.Base(path))
 	require.NoError(t, os.WriteFile(dst, b, 0o755))
 	return dst
-}
-
-// Memfds go only to peers of the target's uid, or root.
-func TestMayShareFDs(t *testing.T) {
-	require.True(t, mayShareFDs(1000, 1000))
-	require.True(t, mayShareFDs(0, 1000), "root can open our memfds anyway")
-	require.False(t, mayShareFDs(1001, 1000))
-	require.False(t, mayShareFDs(1000, 0), "root's memory goes to root only")
 }

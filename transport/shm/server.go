@@ -10,11 +10,10 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -28,7 +27,7 @@ type serverConn struct {
 
 	mu     sync.Mutex
 	closed bool
-	leases map[uint64]*lease
+	leases map[uint64]*heldLease
 	sent   map[uint64]struct{} // allocation ids
 
 	// shareFDs: the peer runs as our uid or as root (SO_PEERCRED), so it
@@ -37,9 +36,9 @@ type serverConn struct {
 	shareFDs bool
 }
 
-// lease pins the regions of the granted entries until it is released,
+// heldLease pins the regions of the granted entries until it is released,
 // its connection closes, or it expires.
-type lease struct {
+type heldLease struct {
 	regions []*core.Region // one pin each (a region may appear twice)
 	expires time.Time
 }
@@ -49,8 +48,8 @@ type lease struct {
 const pinWindow = 8
 
 // admit starts serving an accepted connection (on the loop's goroutine).
-func (t *Transport) admit(c net.Conn, p *acceptloop.Pending) {
-	sc := &serverConn{t: t, c: c.(*net.UnixConn), leases: map[uint64]*lease{}, sent: map[uint64]struct{}{}}
+func (t *Transport) admit(c *net.UnixConn, p *acceptloop.Pending) {
+	sc := &serverConn{t: t, c: c, leases: map[uint64]*heldLease{}, sent: map[uint64]struct{}{}}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -70,16 +69,13 @@ func (sc *serverConn) serve(p *acceptloop.Pending) {
 		delete(t.servers, sc)
 		t.mu.Unlock()
 	}()
-	kind, _, err := wire.ServerHandshake(sc.c, wire.HandshakeConfig{
-		Secret: t.secret, Deadline: p.Deadline(), LocalName: t.e.Name(),
-	})
-	p.Done(err == nil && kind == kindShm)
-	if err != nil || kind != kindShm {
+	peer, err := t.ln.Handshake(sc.c, p)
+	if err != nil {
 		return
 	}
-	if cred, err := peerCred(sc.c); err == nil {
-		sc.shareFDs = mayShareFDs(cred.Uid, uint32(os.Getuid()))
-	}
+	// The listener admitted only our uid or root; checked again here
+	// because a memfd is the one capability that outlives its lease.
+	sc.shareFDs = acceptloop.SameUserOrRoot(peer.UID, uint32(os.Getuid()))
 	br := bufio.NewReaderSize(sc.c, 64<<10)
 	var (
 		buf  []byte
@@ -215,7 +211,7 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 	}
 	gen := t.e.Generation() // after the acquisitions: every granted allocation is registered at gen
 	if granted > 0 {
-		l := &lease{regions: regions, expires: now.Add(ttl + leaseGrace)}
+		l := &heldLease{regions: regions, expires: now.Add(ttl + leaseGrace)}
 		sc.mu.Lock()
 		if sc.closed {
 			sc.mu.Unlock()
@@ -231,24 +227,14 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 		t.scheduleReap(l.expires)
 	}
 	out = appendGrant(out, m.id, gen, ttl, fds, ents)
-	var oob []byte
-	if len(rawFDs) > 0 {
-		oob = unix.UnixRights(rawFDs...)
-	}
 	// Counted before the write, so whoever receives the grant already
 	// sees it counted; taken back if the write failed.
 	t.fdsSent.Add(int64(len(rawFDs)))
-	err := sc.write(out, oob)
+	err := sc.write(out, rawFDs)
 	if err != nil {
 		t.fdsSent.Add(-int64(len(rawFDs)))
 	}
 	return out, ents, err
-}
-
-// mayShareFDs is the rule for sending memfds: only to a peer of the
-// target's own uid, or to root (which could open them anyway).
-func mayShareFDs(peerUID, ownUID uint32) bool {
-	return peerUID == ownUID || peerUID == 0
 }
 
 func (sc *serverConn) hasSent(id uint64) bool {
@@ -259,19 +245,11 @@ func (sc *serverConn) hasSent(id uint64) bool {
 }
 
 // write sends one frame, with descriptors attached to its first byte.
-func (sc *serverConn) write(b, oob []byte) error {
+func (sc *serverConn) write(b []byte, fds []int) error {
 	sc.wmu.Lock()
 	defer sc.wmu.Unlock()
 	_ = sc.c.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
-	if len(oob) == 0 {
-		_, err := sc.c.Write(b)
-		return err
-	}
-	n, _, err := sc.c.WriteMsgUnix(b, oob, nil)
-	if err == nil && n < len(b) {
-		_, err = sc.c.Write(b[n:]) // a stream socket may take part of it
-	}
-	return err
+	return lease.WriteFrame(sc.c, b, fds)
 }
 
 func (sc *serverConn) release(id uint64) {
@@ -338,7 +316,7 @@ func (sc *serverConn) close() {
 // expiry left (zero if none).
 func (sc *serverConn) expire(now time.Time) time.Time {
 	var next time.Time
-	var dead []*lease
+	var dead []*heldLease
 	sc.mu.Lock()
 	for id, l := range sc.leases {
 		if !now.Before(l.expires) {

@@ -3,20 +3,16 @@
 package shm
 
 import (
-	"crypto/rand"
-	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -55,7 +51,7 @@ const (
 type Transport struct {
 	e        *core.Engine
 	log      *slog.Logger // the engine's from Install; discards before
-	loop     *acceptloop.Loop
+	ln       *lease.Listener
 	addr     string
 	secret   []byte
 	maxLease time.Duration
@@ -123,23 +119,18 @@ func (t *Transport) Install(e *core.Engine) error {
 	if t.e != nil || t.closed {
 		return status.Errorf(status.InvalidArgument, "shm transport installed twice")
 	}
-	var rnd [8]byte
-	_, _ = rand.Read(rnd[:])
-	addr := fmt.Sprintf("@tent-%d-%s", os.Getpid(), hex.EncodeToString(rnd[:]))
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: addr, Net: "unix"})
+	// Any process of the host can reach an abstract socket: the listener
+	// admits only peers of this uid or root (SO_PEERCRED).
+	ln, err := lease.Listen(e, "shm", kindShm)
 	if err != nil {
-		return status.Errorf(status.TransportError, "shm: listen on %s: %w", addr, err)
+		return err
 	}
 	opts := e.Options()
-	// Any process of the host can reach an abstract socket, and peers of
-	// any user are admitted: what another user gets is decided per
-	// connection (no memfds, process_vm only, which the kernel checks).
-	t.e, t.loop, t.addr = e, acceptloop.New(ln, e.ListenerConfig("shm", false)), addr
+	t.e, t.ln, t.addr = e, ln, ln.Addr()
 	t.log = e.Logger().With("transport", "shm")
 	t.secret = append([]byte(nil), opts.Secret...)
 	t.maxLease = opts.DefaultTimeout
-	loop := t.loop
-	t.spawnLocked(func() { loop.Serve(t.admit) })
+	t.spawnLocked(func() { ln.Serve(t.admit) })
 	t.spawnLocked(t.reaper)
 	return nil
 }
@@ -305,10 +296,10 @@ func (t *Transport) Uninstall() error {
 	for t.copying > 0 {
 		t.copyIdle.Wait()
 	}
-	loop := t.loop
+	ln := t.ln
 	t.mu.Unlock()
-	if loop != nil {
-		_ = loop.Close()
+	if ln != nil {
+		_ = ln.Close()
 	}
 
 	if t.e != nil {
@@ -343,12 +334,12 @@ func (t *Transport) Uninstall() error {
 // and after Uninstall.
 func (t *Transport) ListenerStats() (core.ListenerStats, bool) {
 	t.mu.Lock()
-	loop, closed := t.loop, t.closed
+	ln, closed := t.ln, t.closed
 	t.mu.Unlock()
-	if loop == nil || closed {
+	if ln == nil || closed {
 		return core.ListenerStats{}, false
 	}
-	return loop.Stats(), true
+	return ln.Stats(), true
 }
 
 // Stats reports what the transport holds; the first six return to zero

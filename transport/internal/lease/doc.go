@@ -1,0 +1,59 @@
+// Package lease is what the same-host transports (shm, cuda) share: the
+// endpoint they listen on, who may connect to it, the framing of their
+// sessions, how file descriptors travel, and how a status is encoded.
+// Each transport defines only its own frame types on top.
+//
+// # Endpoint and admission
+//
+// A transport listens on a Unix stream socket in the abstract namespace,
+// "@tent-<transport>-<pid>-<16 hex digits>" (Listen), published in the
+// engine's descriptor as the endpoint {"<transport>", address}. Abstract
+// sockets have no file permissions, so admission is the kernel's word on
+// who connected (SO_PEERCRED, taken at accept by internal/acceptloop with
+// Config.SameUser): only a peer running as this process's uid, or as
+// root, gets past accept; any other connection is closed before a byte is
+// read and counted as peer_rejected in the listener's stats. The reason
+// is what the endpoints hand out: memory mappings (memfds, CUDA handles)
+// that outlive the lease they came with, and process_vm work on the
+// target's behalf. The accept loop also bounds connections still in their
+// handshake (Options.MaxUnauthenticated, HandshakeTimeout) and retries
+// after transient accept errors.
+//
+// An admitted connection runs the engine's handshake (wire.ServerHandshake
+// with the engine's secret, Listener.Handshake); a peer that asks for
+// another channel kind than the endpoint's is refused. The credentials
+// taken at accept stay available to the transport (acceptloop.Cred): the
+// peer's pid in this pid namespace and its uid.
+//
+// # Frames
+//
+// After the handshake both sides exchange wire frames: u8 type, three zero
+// bytes, u32 payload length, payload; little-endian throughout. Frame
+// types and payloads are the transport's (see its doc.go); BeginFrame,
+// EndFrame and Frame build them.
+//
+// A status, wherever a frame carries one, is wire.Encoder.Status: i32 code
+// (0 OK, else a status code of package status), then str message of at
+// most wire.MaxStatusMessage bytes. The decoder rejects codes that are not
+// known failure codes. core's control protocol uses the same encoding.
+//
+// # File descriptors
+//
+// Descriptors travel as SCM_RIGHTS attached to the first byte of the
+// frame that announces them (WriteFrame); the sender keeps its own copies.
+// The kernel never merges the descriptors of two sendmsg calls into one
+// recvmsg, so once a frame has been read the descriptors it announces are
+// queued, in order, and it takes them from the front (FDReader.Take). A
+// frame that announces more than arrived is a Protocol error.
+//
+// The receiving rule is strict, the same for every transport: a control
+// message that does not parse, a control message other than SCM_RIGHTS,
+// or control data the kernel truncated (MSG_CTRUNC, more descriptors than
+// the reader has room for) is a status.Protocol error that ends the
+// session. Every descriptor of that message and every one still queued is
+// closed at once, and the reader returns the same error from then on, so
+// the stream cannot be resynchronised by guessing which descriptor
+// belonged to which frame. Received descriptors are close-on-exec.
+// FDCounts lets the owner count descriptors held and received, to check
+// that every one is closed.
+package lease
