@@ -263,9 +263,10 @@ func (t *Transport) copyDevice(local, remote core.Location, remoteUUID string) i
 	return 0
 }
 
-// remote serves requests to an engine of another process: lease the
-// ranges at the target, import the allocations (cached), copy, wait,
-// release the lease, drop the references.
+// remote moves the requests idx to the GPU memory of another process:
+// it checks what this transport can reach, leases every range from the
+// target, imports (or finds) the allocations that hold them, copies, and
+// releases the leases before reporting.
 func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 	t := j.t
 	if desc == nil {
@@ -276,6 +277,66 @@ func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 	}
 	t.observe(p, desc)
 	sameHost := desc.MachineID == core.MachineID() && t.endpoint(desc, Name) != ""
+	todo := j.reachable(desc, idx, sameHost)
+	if len(todo) == 0 {
+		return
+	}
+	deadline := j.reqs[todo[0]].Deadline
+	for _, i := range todo[1:] {
+		if d := j.reqs[i].Deadline; d.Before(deadline) {
+			deadline = d
+		}
+	}
+	s, err := t.session(desc, !sameHost, deadline)
+	if err != nil {
+		j.failAll(todo, err)
+		return
+	}
+	grants, leases := j.leaseAll(s, todo, deadline)
+	defer func() {
+		for _, id := range leases {
+			s.release(id)
+		}
+	}()
+	xs, refs := j.importAll(s, desc, todo, grants, sameHost, deadline)
+	defer func() {
+		for _, ent := range refs {
+			t.unref(ent)
+		}
+	}()
+	if len(xs) == 0 {
+		return
+	}
+	hook("leased")
+	j.copyAll(xs)
+	// The copies are done: give the ranges back before reporting, so a
+	// caller that unregisters at the target right after does not wait.
+	for _, id := range leases {
+		s.release(id)
+	}
+	leases = nil
+	for _, x := range xs {
+		j.finish(x.i, x.n, x.err)
+	}
+}
+
+// failAll fails the requests is with err (ErrUninstalled once the
+// transport is going down).
+func (j *job) failAll(is []int, err error) {
+	if j.t.down.Load() {
+		err = core.ErrUninstalled
+	}
+	for _, i := range is {
+		j.finish(i, 0, err)
+	}
+}
+
+// reachable fails the requests of idx this transport cannot move to the
+// peer's memory (host memory of another process, GPU memory it did not
+// allocate with tent_alloc, another host without a fabric handle) and
+// returns the others.
+func (j *job) reachable(desc *wire.SegmentDesc, idx []int, sameHost bool) []int {
+	t := j.t
 	var todo []int
 	for _, i := range idx {
 		r := j.reqs[i]
@@ -306,37 +367,15 @@ func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 		}
 		todo = append(todo, i)
 	}
-	if len(todo) == 0 {
-		return
-	}
-	deadline := j.reqs[todo[0]].Deadline
-	for _, i := range todo[1:] {
-		if d := j.reqs[i].Deadline; d.Before(deadline) {
-			deadline = d
-		}
-	}
-	failAll := func(is []int, err error) {
-		if t.down.Load() {
-			err = core.ErrUninstalled
-		}
-		for _, i := range is {
-			j.finish(i, 0, err)
-		}
-	}
-	s, err := t.session(desc, !sameHost, deadline)
-	if err != nil {
-		failAll(todo, err)
-		return
-	}
+	return todo
+}
 
-	// Lease every range (in chunks of maxRanges).
+// leaseAll asks the target for a lease on every range of todo (in chunks
+// of maxRanges). Refused ranges fail with the target's code; the others
+// get their grant. The caller releases the returned leases.
+func (j *job) leaseAll(s *session, todo []int, deadline time.Time) (map[int]grant, []uint64) {
 	grants := make(map[int]grant, len(todo))
 	var leases []uint64
-	defer func() {
-		for _, id := range leases {
-			s.release(id)
-		}
-	}()
 	for start := 0; start < len(todo); start += maxRanges {
 		chunk := todo[start:min(start+maxRanges, len(todo))]
 		ranges := make([]leaseRange, len(chunk))
@@ -346,7 +385,7 @@ func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 		}
 		id, gs, err := s.lease(ranges, deadline)
 		if err != nil {
-			failAll(chunk, err)
+			j.failAll(chunk, err)
 			continue
 		}
 		if id != 0 {
@@ -360,15 +399,16 @@ func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 			grants[i] = gs[k]
 		}
 	}
+	return grants, leases
+}
 
-	// Import (or find) the allocations, with one reference per request.
-	var refs []*entry
-	defer func() {
-		for _, ent := range refs {
-			t.unref(ent)
-		}
-	}()
-	var xs []*xfer
+// importAll imports (or finds in the cache) the allocation of every
+// granted request, with one reference per request that the caller drops,
+// and returns the copies to run. The allocation and its extent come from
+// the grant, not from the possibly stale descriptor.
+func (j *job) importAll(s *session, desc *wire.SegmentDesc, todo []int, grants map[int]grant, sameHost bool,
+	deadline time.Time) (xs []*xfer, refs []*entry) {
+	t := j.t
 	for _, i := range todo {
 		g, ok := grants[i]
 		if !ok {
@@ -391,10 +431,7 @@ func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 		}
 		ent, m, err := t.acquireEntry(key, g.base, g.size, get, deadline)
 		if err != nil {
-			if t.down.Load() {
-				err = core.ErrUninstalled
-			}
-			j.finish(i, 0, err)
+			j.failAll([]int{i}, err)
 			continue
 		}
 		refs = append(refs, ent)
@@ -408,30 +445,11 @@ func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 			j.finish(i, 0, status.Errorf(status.Internal, "cuda: import of allocation %d is not mapped", g.alloc))
 			continue
 		}
-		remote := ptr + (r.Remote - ent.base)
-		x := newXfer(i, r, remote, dev)
-		xs = append(xs, x)
+		xs = append(xs, newXfer(i, r, ptr+(r.Remote-ent.base), dev))
 	}
-	if len(xs) == 0 {
-		return
-	}
-	hook("leased")
-	j.copyAll(xs)
-	// The copies are done: give the ranges back before reporting, so a
-	// caller that unregisters at the target right after does not wait.
-	for _, id := range leases {
-		s.release(id)
-	}
-	leases = nil
-	for _, x := range xs {
-		j.finish(x.i, x.n, x.err)
-	}
+	return xs, refs
 }
 
-// importFD imports allocation g.alloc of a same-host target: the target
-// exports an fd over the session, ImportMapping takes it (and closes it on
-// failure, after undoing its steps), and the fd is closed as soon as the
-// import holds the allocation.
 func (t *Transport) importFD(s *session, g grant, dev int, deadline time.Time) (*cu.Mapping, error) {
 	fd, base, size, err := s.importFD(g.alloc, deadline)
 	if err != nil {
