@@ -92,89 +92,122 @@ func clientHandshake(conn net.Conn, cfg HandshakeConfig, kind uint8, vr versionR
 	}
 	defer conn.SetDeadline(time.Time{})
 
-	auth := len(cfg.Secret) > 0
-	var nonceC [NonceSize]byte
-	if _, err := rand.Read(nonceC[:]); err != nil {
+	c := &clientSide{conn: conn, cfg: cfg, kind: kind, auth: len(cfg.Secret) > 0}
+	if _, err := rand.Read(c.nonceC[:]); err != nil {
 		return "", status.Errorf(status.Internal, "handshake: random nonce: %w", err)
 	}
-	var flags uint8
-	if auth {
-		flags |= flagSecret
-	}
-	e := NewEncoder(make([]byte, 0, clientHelloFixed+len(cfg.LocalName)))
-	e.RawString(HandshakeMagic)
-	e.U16(vr.max)
-	e.U8(kind)
-	e.U8(flags)
-	e.Raw(nonceC[:])
-	e.U16(uint16(len(cfg.LocalName)))
-	e.RawString(cfg.LocalName)
-	if err := writeAll(conn, e.Out(), "client hello"); err != nil {
+	if err := c.sendHello(vr); err != nil {
 		return "", err
 	}
+	if err := c.readHello(vr); err != nil {
+		return "", err
+	}
+	if err := c.sendFinish(); err != nil {
+		return "", err
+	}
+	return c.readFinish()
+}
 
+// clientSide is the client's state through the four messages of a
+// handshake, one method per message.
+type clientSide struct {
+	conn    net.Conn
+	cfg     HandshakeConfig
+	kind    uint8
+	auth    bool // a secret is configured here
+	nonceC  [NonceSize]byte
+	nonceS  []byte // from the server hello
+	version uint16 // chosen by the server
+}
+
+// sendHello offers the newest version of vr and the channel kind.
+func (c *clientSide) sendHello(vr versionRange) error {
+	var flags uint8
+	if c.auth {
+		flags |= flagSecret
+	}
+	e := NewEncoder(make([]byte, 0, clientHelloFixed+len(c.cfg.LocalName)))
+	e.RawString(HandshakeMagic)
+	e.U16(vr.max)
+	e.U8(c.kind)
+	e.U8(flags)
+	e.Raw(c.nonceC[:])
+	e.U16(uint16(len(c.cfg.LocalName)))
+	e.RawString(c.cfg.LocalName)
+	return writeAll(c.conn, e.Out(), "client hello")
+}
+
+// readHello reads the server's verdict on the hello, its version (which must
+// lie in vr) and its nonce, and refuses mismatched authentication settings.
+func (c *clientSide) readHello(vr versionRange) error {
 	// The hellos have the same layout in every version, so both are read
 	// whole even when the answer is a refusal.
 	hello := make([]byte, serverHelloSize)
-	if err := readFull(conn, hello, "server hello"); err != nil {
-		return "", err
+	if err := readFull(c.conn, hello, "server hello"); err != nil {
+		return err
 	}
 	if string(hello[:4]) != HandshakeMagic {
-		return "", status.Errorf(status.Protocol, "handshake: server hello has bad magic %q, want %q",
+		return status.Errorf(status.Protocol, "handshake: server hello has bad magic %q, want %q",
 			hello[:4], HandshakeMagic)
 	}
 	version := binary.LittleEndian.Uint16(hello[4:])
 	switch v := hello[6]; v {
 	case verdictOK:
 	case verdictVersion:
-		return "", status.Errorf(status.VersionMismatch,
+		return status.Errorf(status.VersionMismatch,
 			"handshake: server refused protocol version %d (it speaks versions up to %d)", vr.max, version)
 	case verdictNeedAuth:
-		return "", status.Errorf(status.AuthFailed,
+		return status.Errorf(status.AuthFailed,
 			"handshake: server requires authentication but no secret is configured here")
 	case verdictNoAuth:
-		return "", status.Errorf(status.AuthFailed,
+		return status.Errorf(status.AuthFailed,
 			"handshake: a secret is configured here but the server has none; refusing to continue unauthenticated")
 	default:
-		return "", status.Errorf(status.Protocol, "handshake: server hello has unknown verdict %d", v)
+		return status.Errorf(status.Protocol, "handshake: server hello has unknown verdict %d", v)
 	}
 	if version > vr.max || version < vr.min {
-		reject(conn, verdictVersion)
-		return "", status.Errorf(status.VersionMismatch,
+		reject(c.conn, verdictVersion)
+		return status.Errorf(status.VersionMismatch,
 			"handshake: server chose protocol version %d, this build speaks versions %d to %d",
 			version, vr.min, vr.max)
 	}
 	sflags := hello[7]
 	if sflags&^flagsKnown != 0 {
-		return "", status.Errorf(status.Protocol, "handshake: server hello has unknown flags %#x", sflags)
+		return status.Errorf(status.Protocol, "handshake: server hello has unknown flags %#x", sflags)
 	}
 	// A correct server has already refused a mismatch; one that did not is
 	// broken or an impostor, and we still never continue unauthenticated.
-	if (sflags&flagSecret != 0) != auth {
-		if auth {
-			reject(conn, verdictNeedAuth)
+	if (sflags&flagSecret != 0) != c.auth {
+		if c.auth {
+			reject(c.conn, verdictNeedAuth)
 		} else {
-			reject(conn, verdictNoAuth)
+			reject(c.conn, verdictNoAuth)
 		}
-		return "", status.Errorf(status.AuthFailed,
+		return status.Errorf(status.AuthFailed,
 			"handshake: server accepted mismatched authentication settings (server secret %v, local secret %v)",
-			sflags&flagSecret != 0, auth)
+			sflags&flagSecret != 0, c.auth)
 	}
-	nonceS := hello[8 : 8+NonceSize]
+	c.version, c.nonceS = version, hello[8:8+NonceSize]
+	return nil
+}
 
+// sendFinish sends the client's proof (zeros without a secret).
+func (c *clientSide) sendFinish() error {
 	finish := make([]byte, clientFinishSize)
 	finish[0] = verdictOK
-	if auth {
-		mac := hmac.New(sha256.New, cfg.Secret)
-		writeTranscript(mac, clientLabel, version, kind, nonceC[:], nonceS, cfg.LocalName)
+	if c.auth {
+		mac := hmac.New(sha256.New, c.cfg.Secret)
+		writeTranscript(mac, clientLabel, c.version, c.kind, c.nonceC[:], c.nonceS, c.cfg.LocalName)
 		mac.Sum(finish[1:1])
 	}
-	if err := writeAll(conn, finish, "client finish"); err != nil {
-		return "", err
-	}
+	return writeAll(c.conn, finish, "client finish")
+}
 
+// readFinish reads the server's verdict on the proof, its name and its own
+// proof, which must verify (or be zeros without a secret).
+func (c *clientSide) readFinish() (peerName string, err error) {
 	head := make([]byte, serverFinishHead)
-	if err := readFull(conn, head[:1], "server finish"); err != nil {
+	if err := readFull(c.conn, head[:1], "server finish"); err != nil {
 		return "", err
 	}
 	switch v := head[0]; v {
@@ -185,21 +218,22 @@ func clientHandshake(conn net.Conn, cfg HandshakeConfig, kind uint8, vr versionR
 	default:
 		return "", status.Errorf(status.Protocol, "handshake: server finish has unexpected verdict %d", v)
 	}
-	if err := readFull(conn, head[1:], "server finish"); err != nil {
+	if err := readFull(c.conn, head[1:], "server finish"); err != nil {
 		return "", err
 	}
-	peerName, err = readName(conn, binary.LittleEndian.Uint16(head[1+ProofSize:]), "server name")
+	peerName, err = readName(c.conn, binary.LittleEndian.Uint16(head[1+ProofSize:]), "server name")
 	if err != nil {
 		return "", err
 	}
-	if auth {
-		mac := hmac.New(sha256.New, cfg.Secret)
-		writeTranscript(mac, serverLabel, version, kind, nonceC[:], nonceS, cfg.LocalName, peerName)
-		if !hmac.Equal(mac.Sum(nil), head[1:1+ProofSize]) {
+	proof := head[1 : 1+ProofSize]
+	if c.auth {
+		mac := hmac.New(sha256.New, c.cfg.Secret)
+		writeTranscript(mac, serverLabel, c.version, c.kind, c.nonceC[:], c.nonceS, c.cfg.LocalName, peerName)
+		if !hmac.Equal(mac.Sum(nil), proof) {
 			return "", status.Errorf(status.AuthFailed,
 				"handshake: server %q failed to prove knowledge of the secret", peerName)
 		}
-	} else if !allZero(head[1 : 1+ProofSize]) {
+	} else if !allZero(proof) {
 		return "", status.Errorf(status.Protocol,
 			"handshake: server %q sent a proof although neither side has a secret", peerName)
 	}

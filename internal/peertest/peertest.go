@@ -254,6 +254,9 @@ func Sum(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
+// runPeer is the peer process: it creates the engine of the JSON config
+// raw, registers and fills its buffers, prints its Hello, then answers
+// commands from stdin, one line each, until stdin closes.
 func runPeer(raw string) int {
 	var cfg Config
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
@@ -277,192 +280,19 @@ func runPeer(raw string) int {
 		fmt.Fprintln(os.Stderr, "peertest: engine:", err)
 		return 2
 	}
-	hello := Hello{Name: e.Name(), PID: os.Getpid()}
-	regions := make([]*core.Region, len(cfg.Buffers))
-	mems := make([][]byte, len(cfg.Buffers))
-	kind := func(i int) string {
-		k, _, _ := strings.Cut(cfg.Buffers[i].Location, ":")
-		if k == "" {
-			k = "cpu"
-		}
-		return k
-	}
-	// write and read reach buffer i through the region when it lives
-	// outside host memory.
-	write := func(i int, b []byte) error {
-		if kind(i) == "cpu" {
-			copy(mems[i], b)
-			return nil
-		}
-		a := Accessors[kind(i)]
-		if a == nil || regions[i] == nil {
-			return fmt.Errorf("no accessor for %s memory", kind(i))
-		}
-		return a.Write(regions[i].Addr, b)
-	}
-	read := func(i int) ([]byte, error) {
-		if kind(i) == "cpu" {
-			return mems[i], nil
-		}
-		a := Accessors[kind(i)]
-		if a == nil || regions[i] == nil {
-			return nil, fmt.Errorf("no accessor for %s memory", kind(i))
-		}
-		return a.Read(regions[i].Addr, cfg.Buffers[i].Size)
-	}
-	alloc := func(i int) (*core.Region, error) {
-		b := cfg.Buffers[i]
-		loc := b.Location
-		if loc == "" {
-			loc = "cpu"
-		}
-		r, err := e.Alloc(b.Size, loc, b.Perm)
-		if err == nil && kind(i) == "cpu" {
-			mems[i] = memory.Bytes(r.Addr, b.Size)
-		}
-		return r, err
-	}
-	for i, b := range cfg.Buffers {
-		var r *core.Region
-		if b.Alloc {
-			r, err = alloc(i)
-		} else if kind(i) != "cpu" {
-			err = fmt.Errorf("buffer %d: %s memory needs Alloc", i, b.Location)
-		} else {
-			mems[i] = make([]byte, b.Size)
-			r, err = e.Register(core.RegionDesc{Addr: memory.Addr(mems[i]), Len: b.Size}, b.Perm)
-		}
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "peertest: buffer:", err)
-			return 2
-		}
-		regions[i] = r
-		if err := write(i, Pattern(int64(i), b.Size)); err != nil {
-			fmt.Fprintln(os.Stderr, "peertest: buffer:", err)
-			return 2
-		}
-		reg := Region{Addr: r.Addr, Len: b.Size}
-		if r.Alloc != nil {
-			reg.AllocID = r.Alloc.ID
-		}
-		hello.Buffers = append(hello.Buffers, reg)
+	p := &peerProc{cfg: cfg, e: e, regions: make([]*core.Region, len(cfg.Buffers)), mems: make([][]byte, len(cfg.Buffers))}
+	hello, err := p.setUp()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "peertest: buffer:", err)
+		return 2
 	}
 	out, _ := json.Marshal(hello)
 	fmt.Println(string(out))
 
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		f := strings.Fields(in.Text())
-		if len(f) == 0 {
-			continue
-		}
-		if cmd := Commands[f[0]]; cmd != nil {
-			ans, err := cmd(e, f[1:])
-			if err != nil {
-				fmt.Println("error", strings.ReplaceAll(err.Error(), "\n", " "))
-			} else {
-				fmt.Println(ans)
-			}
-			continue
-		}
-		if f[0] == "listeners" {
-			out, _ := json.Marshal(e.Stats().Listeners)
-			fmt.Println(string(out))
-			continue
-		}
-		idx := -1
-		if len(f) > 1 {
-			idx, _ = strconv.Atoi(f[1])
-		}
-		if f[0] != "recv" && (idx < 0 || idx >= len(mems)) {
-			fmt.Println("error bad buffer index")
-			continue
-		}
-		switch f[0] {
-		case "sum":
-			b, err := read(idx)
-			if err != nil {
-				fmt.Println("error", err)
-			} else {
-				fmt.Println(Sum(b))
-			}
-		case "fill":
-			if len(f) < 3 {
-				fmt.Println("error fill needs a seed")
-				continue
-			}
-			seed, _ := strconv.ParseInt(f[2], 10, 64)
-			if err := write(idx, Pattern(seed, cfg.Buffers[idx].Size)); err != nil {
-				fmt.Println("error", err)
-			} else {
-				fmt.Println("ok")
-			}
-		case "free":
-			if regions[idx] == nil || regions[idx].Alloc == nil {
-				fmt.Println("error buffer is not allocated")
-			} else if err := e.Free(regions[idx]); err != nil {
-				fmt.Println("error", err)
-			} else {
-				regions[idx], mems[idx] = nil, nil
-				fmt.Println("ok")
-			}
-		case "realloc":
-			if len(f) < 3 {
-				fmt.Println("error realloc needs a seed")
-				continue
-			}
-			seed, _ := strconv.ParseInt(f[2], 10, 64)
-			if regions[idx] != nil && regions[idx].Alloc != nil {
-				if err := e.Free(regions[idx]); err != nil {
-					fmt.Println("error", err)
-					continue
-				}
-				regions[idx], mems[idx] = nil, nil
-			}
-			r, err := alloc(idx)
-			if err != nil {
-				fmt.Println("error", err)
-				continue
-			}
-			regions[idx] = r
-			if err := write(idx, Pattern(seed, cfg.Buffers[idx].Size)); err != nil {
-				fmt.Println("error", err)
-				continue
-			}
-			fmt.Println(r.Addr, r.Alloc.ID)
-		case "unregister":
-			if err := e.Unregister(regions[idx]); err != nil {
-				fmt.Println("error", err)
-			} else {
-				fmt.Println("ok")
-			}
-		case "register":
-			var addr uint64
-			switch {
-			case mems[idx] != nil:
-				addr = memory.Addr(mems[idx])
-			case regions[idx] != nil:
-				addr = regions[idx].Addr
-			default:
-				fmt.Println("error buffer was freed")
-				continue
-			}
-			r, err := e.Register(core.RegionDesc{Addr: addr, Len: cfg.Buffers[idx].Size, Location: cfg.Buffers[idx].Location}, cfg.Buffers[idx].Perm)
-			if err != nil {
-				fmt.Println("error", err)
-			} else {
-				regions[idx] = r
-				fmt.Println("ok")
-			}
-		case "recv":
-			n, err := e.RecvNotification(10*time.Second, func(core.Notification) bool { return true })
-			if err != nil {
-				fmt.Println("error", err)
-			} else {
-				fmt.Printf("%s %s\n", n.From, n.Msg)
-			}
-		default:
-			fmt.Println("error unknown command")
+		if f := strings.Fields(in.Text()); len(f) > 0 {
+			fmt.Println(p.answer(f))
 		}
 	}
 	if err := e.Close(); err != nil {
@@ -470,4 +300,223 @@ func runPeer(raw string) int {
 		return 1
 	}
 	return 0
+}
+
+// peerProc is the state of the peer process: its engine and, for each
+// configured buffer, its region (nil once freed or unregistered) and, for
+// host memory, its bytes.
+type peerProc struct {
+	cfg     Config
+	e       *core.Engine
+	regions []*core.Region
+	mems    [][]byte
+}
+
+// kind is buffer i's memory kind: "cpu", "cuda", ...
+func (p *peerProc) kind(i int) string {
+	k, _, _ := strings.Cut(p.cfg.Buffers[i].Location, ":")
+	if k == "" {
+		k = "cpu"
+	}
+	return k
+}
+
+// accessor reaches buffer i through its region when it lives outside host
+// memory.
+func (p *peerProc) accessor(i int) (Accessor, error) {
+	a := Accessors[p.kind(i)]
+	if a == nil || p.regions[i] == nil {
+		return nil, fmt.Errorf("no accessor for %s memory", p.kind(i))
+	}
+	return a, nil
+}
+
+func (p *peerProc) write(i int, b []byte) error {
+	if p.kind(i) == "cpu" {
+		copy(p.mems[i], b)
+		return nil
+	}
+	a, err := p.accessor(i)
+	if err != nil {
+		return err
+	}
+	return a.Write(p.regions[i].Addr, b)
+}
+
+func (p *peerProc) read(i int) ([]byte, error) {
+	if p.kind(i) == "cpu" {
+		return p.mems[i], nil
+	}
+	a, err := p.accessor(i)
+	if err != nil {
+		return nil, err
+	}
+	return a.Read(p.regions[i].Addr, p.cfg.Buffers[i].Size)
+}
+
+// alloc allocates buffer i with the engine.
+func (p *peerProc) alloc(i int) (*core.Region, error) {
+	b := p.cfg.Buffers[i]
+	loc := b.Location
+	if loc == "" {
+		loc = "cpu"
+	}
+	r, err := p.e.Alloc(b.Size, loc, b.Perm)
+	if err == nil && p.kind(i) == "cpu" {
+		p.mems[i] = memory.Bytes(r.Addr, b.Size)
+	}
+	return r, err
+}
+
+// setUp registers (or allocates) every buffer, fills buffer i with
+// Pattern(i), and returns the Hello that describes them.
+func (p *peerProc) setUp() (Hello, error) {
+	hello := Hello{Name: p.e.Name(), PID: os.Getpid()}
+	for i, b := range p.cfg.Buffers {
+		var r *core.Region
+		var err error
+		switch {
+		case b.Alloc:
+			r, err = p.alloc(i)
+		case p.kind(i) != "cpu":
+			err = fmt.Errorf("buffer %d: %s memory needs Alloc", i, b.Location)
+		default:
+			p.mems[i] = make([]byte, b.Size)
+			r, err = p.e.Register(core.RegionDesc{Addr: memory.Addr(p.mems[i]), Len: b.Size}, b.Perm)
+		}
+		if err != nil {
+			return hello, err
+		}
+		p.regions[i] = r
+		if err := p.write(i, Pattern(int64(i), b.Size)); err != nil {
+			return hello, err
+		}
+		reg := Region{Addr: r.Addr, Len: b.Size}
+		if r.Alloc != nil {
+			reg.AllocID = r.Alloc.ID
+		}
+		hello.Buffers = append(hello.Buffers, reg)
+	}
+	return hello, nil
+}
+
+// answer runs one command line (split into fields) and returns its
+// one-line answer; failures are "error ...".
+func (p *peerProc) answer(f []string) string {
+	if cmd := Commands[f[0]]; cmd != nil {
+		ans, err := cmd(p.e, f[1:])
+		if err != nil {
+			return "error " + strings.ReplaceAll(err.Error(), "\n", " ")
+		}
+		return ans
+	}
+	switch f[0] {
+	case "listeners":
+		out, _ := json.Marshal(p.e.Stats().Listeners)
+		return string(out)
+	case "recv":
+		n, err := p.e.RecvNotification(10*time.Second, func(core.Notification) bool { return true })
+		if err != nil {
+			return fmt.Sprint("error ", err)
+		}
+		return fmt.Sprintf("%s %s", n.From, n.Msg)
+	}
+	idx := -1
+	if len(f) > 1 {
+		idx, _ = strconv.Atoi(f[1])
+	}
+	if idx < 0 || idx >= len(p.mems) {
+		return "error bad buffer index"
+	}
+	ans, err := p.bufferCommand(f[0], idx, f[2:])
+	if err != nil {
+		return fmt.Sprint("error ", err)
+	}
+	return ans
+}
+
+// bufferCommand runs a command on buffer idx: sum, fill SEED, free,
+// realloc SEED, unregister, register.
+func (p *peerProc) bufferCommand(name string, idx int, args []string) (string, error) {
+	seed := func() (int64, error) {
+		if len(args) < 1 {
+			return 0, fmt.Errorf("%s needs a seed", name)
+		}
+		v, _ := strconv.ParseInt(args[0], 10, 64)
+		return v, nil
+	}
+	switch name {
+	case "sum":
+		b, err := p.read(idx)
+		if err != nil {
+			return "", err
+		}
+		return Sum(b), nil
+	case "fill":
+		s, err := seed()
+		if err != nil {
+			return "", err
+		}
+		return "ok", p.write(idx, Pattern(s, p.cfg.Buffers[idx].Size))
+	case "free":
+		if p.regions[idx] == nil || p.regions[idx].Alloc == nil {
+			return "", fmt.Errorf("buffer is not allocated")
+		}
+		if err := p.e.Free(p.regions[idx]); err != nil {
+			return "", err
+		}
+		p.regions[idx], p.mems[idx] = nil, nil
+		return "ok", nil
+	case "realloc":
+		s, err := seed()
+		if err != nil {
+			return "", err
+		}
+		return p.realloc(idx, s)
+	case "unregister":
+		return "ok", p.e.Unregister(p.regions[idx])
+	case "register":
+		return p.register(idx)
+	}
+	return "", fmt.Errorf("unknown command")
+}
+
+// realloc frees buffer idx if the engine allocated it, allocates it anew
+// and fills it with Pattern(seed); the answer is "ADDR ALLOCID".
+func (p *peerProc) realloc(idx int, seed int64) (string, error) {
+	if p.regions[idx] != nil && p.regions[idx].Alloc != nil {
+		if err := p.e.Free(p.regions[idx]); err != nil {
+			return "", err
+		}
+		p.regions[idx], p.mems[idx] = nil, nil
+	}
+	r, err := p.alloc(idx)
+	if err != nil {
+		return "", err
+	}
+	p.regions[idx] = r
+	if err := p.write(idx, Pattern(seed, p.cfg.Buffers[idx].Size)); err != nil {
+		return "", err
+	}
+	return fmt.Sprint(r.Addr, " ", r.Alloc.ID), nil
+}
+
+// register registers buffer idx again (after unregister).
+func (p *peerProc) register(idx int) (string, error) {
+	var addr uint64
+	switch {
+	case p.mems[idx] != nil:
+		addr = memory.Addr(p.mems[idx])
+	case p.regions[idx] != nil:
+		addr = p.regions[idx].Addr
+	default:
+		return "", fmt.Errorf("buffer was freed")
+	}
+	b := p.cfg.Buffers[idx]
+	r, err := p.e.Register(core.RegionDesc{Addr: addr, Len: b.Size, Location: b.Location}, b.Perm)
+	if err != nil {
+		return "", err
+	}
+	p.regions[idx] = r
+	return "ok", nil
 }
