@@ -22,14 +22,22 @@ BENCH_ARGS ?= --transport local,shm,shm:register,tcp --op write,read --block-siz
 
 .PHONY: bench bench-compare bench-register bench-overhead
 
+# tests/python/test_bench.py runs the C++ sweep and the tcp floor briefly.
+test-python: $(BENCH_SWEEP_CPP) $(BENCH_OUT)/tcp_pingpong
+
 # The C++ twin includes cpp_examples/example_util.hpp (child processes, paths).
 $(BENCH_SWEEP_CPP): bench/sweep/sweep.cc $(CPP_DEPS)
 	@mkdir -p $(dir $@)
-	$(CXX) $(CXXFLAGS_CPP) -o $@ $< -L$(BUILD) -ltent -Wl,-rpath,'$$ORIGIN/..' -pthread
+	$(CXX) $(CXXFLAGS_CPP) -O2 -o $@ $< -L$(BUILD) -ltent -Wl,-rpath,'$$ORIGIN/..' -pthread
 
 $(BENCH_OUT)/bench_register: bench/c/bench_register.c $(HEADER) $(LIB)
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -Iinclude -o $@ $< -L$(BUILD) -ltent -Wl,-rpath,'$$ORIGIN/..' -pthread
+
+# The tcp floor of bench-compare: a C ping-pong over loopback (no libtent).
+$(BENCH_OUT)/tcp_pingpong: bench/c/tcp_pingpong.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -pthread -lm
 
 bench: wheel $(VENV_TEST)/.stamp $(BENCH_SWEEP_CPP)
 	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)

@@ -10,7 +10,15 @@ x4 steps), WRITE then READ, submit-and-wait one batch at a time for
 --duration seconds per point (at least one batch; an untimed warm-up of at
 most 64 MiB first), requests wrapping within 256 MiB per side. tent runs
 through bench/sweep/sweep.py, the peers through bench/compare/peers.py,
-which borrows the sweep's layout and statistics.
+which borrows the sweep's layout and statistics. Every engine runs with
+--check: after each point the destination's CRC-32 is compared with the
+source's, and a point whose data did not arrive (or was not checked) is a
+problem, never a figure.
+
+Three phases per engine and run: "batch" (the sweep above), "one" (a
+batch of one 4 KiB request: the round trip a decode step waits on) and, for
+the engines that run initiator threads (tent-tcp and the floor), "threads"
+(2 threads at 64 KiB, next to the batch phase's 1 thread).
 
 Engines (--engines, comma-separated):
   tent-tcp        tent, transport tcp (4 connections per peer, the default)
@@ -20,6 +28,9 @@ Engines (--engines, comma-separated):
   mooncake-tent   the same with MC_USE_TENT=1 (its TENT backend, if the wheel has one)
   nixl-ucx        NIXL, UCX backend, UCX's own transport choice (cma on one host)
   nixl-ucx-tcp    NIXL, UCX backend, UCX_TLS=tcp
+  tcp-floor       not an engine: bench/c/tcp_pingpong.c, the same batches over one
+                  loopback TCP socket in C (TCP_NODELAY; one send() per block and a
+                  round trip per batch), the floor for the tcp-class engines
 Every UCX run has UCX_NET_DEVICES=lo (TCP stays on loopback) and
 UCX_PROTO_INFO=y (UCX prints the transport it chose; recorded).
 
@@ -28,6 +39,10 @@ Limits, measured in the same run: single-thread memcpy at each block size
 after. Each figure is the median of --runs runs (engines interleaved within
 each run). Crashes (a process killed by a signal) and errors are counted and
 reported with their messages, never turned into numbers.
+
+Exit status 1 when any engine's data check failed (the tables still show
+everything else), 0 otherwise; an engine that could not run is reported in
+the tables, not in the exit status.
 
 Output in bench/compare/results/: compare.md (the tables), compare.json
 (medians, every run's figures, limits, versions, errors), raw/*.jsonl (each
@@ -53,27 +68,48 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from sweep import iperf3_gbps, loadavg, machine, memcpy_gbps, parse_sizes, plot, size_label  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ALL_ENGINES = ["tent-tcp", "tent-shm", "tent-shm-vm", "mooncake-tcp", "mooncake-tent", "nixl-ucx", "nixl-ucx-tcp"]
-DEFAULT_ENGINES = ["tent-tcp", "tent-shm", "tent-shm-vm", "mooncake-tcp", "mooncake-tent", "nixl-ucx", "nixl-ucx-tcp"]
+ROOT = os.path.dirname(os.path.dirname(HERE))
+PINGPONG = os.path.join(ROOT, "build", "bench", "tcp_pingpong")
+ALL_ENGINES = ["tent-tcp", "tent-shm", "tent-shm-vm", "mooncake-tcp", "mooncake-tent", "nixl-ucx", "nixl-ucx-tcp",
+               "tcp-floor"]
+DEFAULT_ENGINES = ALL_ENGINES
+FLOORS = {"tcp-floor"}  # measured beside the engines, moving no engine's data: nothing to --check
+THREADED = {"tent-tcp", "tcp-floor"}  # the engines whose initiator runs threads (the "threads" phase)
 # what each engine is compared with: its class and the limit that applies
 KIND = {"tent-tcp": "tcp", "mooncake-tcp": "tcp", "mooncake-tent": "tcp", "nixl-ucx-tcp": "tcp",
-        "tent-shm": "shm", "tent-shm-vm": "shm", "nixl-ucx": "shm"}
+        "tent-shm": "shm", "tent-shm-vm": "shm", "nixl-ucx": "shm", "tcp-floor": "tcp"}
+ONE_BLOCK = 4096  # the "one" phase: a batch of one request of this size
+THREADS_BLOCK, THREADS = 65536, 2  # the "threads" phase
 UCX_ENV = {"UCX_NET_DEVICES": "lo", "UCX_PROTO_INFO": "y"}
 
 
-def command(engine: str, args: argparse.Namespace, out: str) -> Tuple[List[str], Dict[str, str]]:
+def phases(engine: str, args: argparse.Namespace) -> List[Tuple[str, int, str, int]]:
+    """(phase, batch, block sizes, threads) that the engine runs in each run."""
+    out = [("batch", args.batch, args.block_size, 1), ("one", 1, str(ONE_BLOCK), 1)]
+    if engine in THREADED:
+        out.append(("threads", args.batch, str(THREADS_BLOCK), THREADS))
+    return out
+
+
+def command(engine: str, phase: Tuple[str, int, str, int], args: argparse.Namespace,
+            out: str) -> Tuple[List[str], Dict[str, str]]:
     py = sys.executable
-    common = ["--op", "write,read", "--block-size", args.block_size, "--batch", str(args.batch),
+    _, batch, blocks, threads = phase
+    common = ["--op", "write,read", "--block-size", blocks, "--batch", str(batch),
               "--duration", str(args.duration), "--span", args.span]
     env = dict(os.environ)
     for k in list(env):
         if k.startswith(("UCX_", "MC_")):
             del env[k]
+    if engine == "tcp-floor":
+        sizes = ",".join(str(b) for b in parse_sizes(blocks))
+        return [PINGPONG, "--op", "write,read", "--block-size", sizes, "--batch", str(batch), "--threads",
+                str(threads), "--duration", str(args.duration), "--span", args.span, "--json", out], env
+    common.append("--check")
     if engine.startswith("tent-"):
         t = {"tent-tcp": "tcp", "tent-shm": "shm:alloc", "tent-shm-vm": "shm:register"}[engine]
-        return [py, os.path.join(HERE, "..", "sweep", "sweep.py"), "--transport", t, "--no-limits", "--no-progress",
-                "--json", out,
-                *common], env
+        return [py, os.path.join(HERE, "..", "sweep", "sweep.py"), "--transport", t, "--threads", str(threads),
+                "--no-limits", "--no-progress", "--json", out, *common], env
     if engine.startswith("mooncake"):
         if engine == "mooncake-tent":
             env["MC_USE_TENT"] = "1"
@@ -102,10 +138,11 @@ def ucx_choice(log: str) -> List[str]:
     return found
 
 
-def run_engine(engine: str, run: int, args: argparse.Namespace, res: str) -> Dict[str, Any]:
-    raw = os.path.join(res, "raw", f"run{run}-{engine}.jsonl")
-    logf = os.path.join(res, "logs", f"run{run}-{engine}.log")
-    cmd, env = command(engine, args, raw)
+def run_engine(engine: str, phase: Tuple[str, int, str, int], run: int, args: argparse.Namespace,
+               res: str) -> Dict[str, Any]:
+    raw = os.path.join(res, "raw", f"run{run}-{engine}-{phase[0]}.jsonl")
+    logf = os.path.join(res, "logs", f"run{run}-{engine}-{phase[0]}.log")
+    cmd, env = command(engine, phase, args, raw)
     t0 = time.monotonic()
     with open(logf, "w") as log:
         log.write("$ " + " ".join(cmd) + "\n")
@@ -129,7 +166,7 @@ def run_engine(engine: str, run: int, args: argparse.Namespace, res: str) -> Dic
                         pass
     with open(logf) as f:
         text = f.read()
-    out = {"engine": engine, "run": run, "rc": rc, "seconds": secs, "records": recs, "log": logf}
+    out = {"engine": engine, "phase": phase[0], "run": run, "rc": rc, "seconds": secs, "records": recs, "log": logf}
     if rc is None:
         out["crash"] = f"timed out after {args.engine_timeout} s"
     elif rc < 0:
@@ -144,6 +181,62 @@ def run_engine(engine: str, run: int, args: argparse.Namespace, res: str) -> Dic
     tail = [ln for ln in text.splitlines() if re.search(r"error|Error|ERROR|Traceback|Segmentation|Abort|fatal", ln)]
     out["error_lines"] = tail[-8:]
     return out
+
+
+class Tally:
+    """What the runs' records add up to: the figures per (engine, phase, op,
+    block size), and per engine the checked points, crashes and problems.
+    A point counts as a figure only if its data check passed (floors have
+    none) and it reports no problem; a point whose check failed is also
+    listed in wrong_data."""
+
+    def __init__(self, runs: List[Dict[str, Any]], engines: List[str]) -> None:
+        self.figures: Dict[Tuple[str, str, str, int], Dict[str, List[float]]] = {}
+        self.checked: Dict[str, int] = {e: 0 for e in engines}  # points whose data was checked and right
+        self.wrong_data: List[str] = []  # points whose data did not arrive intact: the run fails
+        self.problems: Dict[str, List[str]] = {}
+        self.crashes: Dict[str, int] = {e: 0 for e in engines}
+        self.ucx: Dict[str, List[str]] = {}
+        for out in runs:
+            e = out["engine"]
+            if out.get("crash"):
+                self.crashes[e] += 1
+                self.problems.setdefault(e, []).append(f"run {out['run']}: {out['crash']}")
+            if out.get("ucx"):
+                self.ucx.setdefault(e, [])
+                for u in out["ucx"]:
+                    if u not in self.ucx[e]:
+                        self.ucx[e].append(u)
+            for rec in out["records"]:
+                if rec.get("type") == "summary" and rec.get("target_crashes"):
+                    self.crashes[e] += rec["target_crashes"]
+                    self.problems.setdefault(e, []).append(
+                    f"run {out['run']}: target crashed (exit {rec.get('target_exit')})")
+                where = f"run {out['run']} {out['phase']} {rec.get('op')} {size_label(rec.get('block_size', 0))}"
+                if rec.get("type") == "error":
+                    self.problems.setdefault(e, []).append(f"{where}: {rec['error']}")
+                if rec.get("type") != "point":
+                    continue
+                if e not in FLOORS:
+                    # A figure counts only when the data it moved arrived intact.
+                    if rec.get("check") != "ok":
+                        self.problems.setdefault(e, []).append(f"{where}: data check {rec.get('check', 'not done')}")
+                        if "check" in rec:
+                            self.wrong_data.append(f"{e} {where}: {rec['check']}")
+                        continue
+                    self.checked[e] += 1
+                if rec.get("problems"):
+                    self.problems.setdefault(e, []).append(f"{where}: {'; '.join(rec['problems'])}")
+                    continue
+                k = (e, out["phase"], rec["op"], rec["block_size"])
+                f = self.figures.setdefault(k, {"gbps": [], "p99": [], "p50": []})
+                f["gbps"].append(rec["gbps"])
+                f["p99"].append(rec["batch_us"]["p99"])
+                f["p50"].append(rec["batch_us"]["p50"])
+            if out["rc"] not in (0,) and not out.get("crash") and not any(
+                    r.get("type") == "point" for r in out["records"]):
+                self.problems.setdefault(e, []).append(f"run {out['run']}: exit status {out['rc']}; "
+                                                  + " | ".join(out["error_lines"][-3:]))
 
 
 def pip_freeze() -> List[str]:
@@ -202,68 +295,41 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"compare: memcpy {[round(v, 2) for v in limits['memcpy'].values()]} GB/s, iperf3 {g} GB/s ({note})",
           file=sys.stderr)
 
+    if "tcp-floor" in engines and not os.access(PINGPONG, os.X_OK):
+        p.error(f"{PINGPONG} is not built (make -C {ROOT} build/bench/tcp_pingpong; run.sh does)")
     runs: List[Dict[str, Any]] = []
     for r in range(1, args.runs + 1):
         for e in engines:
-            print(f"compare: run {r}/{args.runs} {e} ...", file=sys.stderr, flush=True)
-            out = run_engine(e, r, args, res)
-            pts = [x for x in out["records"] if x.get("type") == "point"]
-            errs = [x for x in out["records"] if x.get("type") == "error"]
-            print(f"compare:   {len(pts)} points, {len(errs)} errors, rc {out['rc']}, {out['seconds']:.0f} s"
-                  + (f", CRASH: {out['crash']}" if out.get("crash") else ""), file=sys.stderr, flush=True)
-            runs.append(out)
+            for ph in phases(e, args):
+                print(f"compare: run {r}/{args.runs} {e} {ph[0]} ...", file=sys.stderr, flush=True)
+                out = run_engine(e, ph, r, args, res)
+                pts = [x for x in out["records"] if x.get("type") == "point"]
+                errs = [x for x in out["records"] if x.get("type") == "error"]
+                print(f"compare:   {len(pts)} points, {len(errs)} errors, rc {out['rc']}, {out['seconds']:.0f} s"
+                      + (f", CRASH: {out['crash']}" if out.get("crash") else ""), file=sys.stderr, flush=True)
+                runs.append(out)
     g, note = iperf3_gbps(args.iperf3_seconds)
     limits["iperf3"].append(g)
     meta["load_end"] = loadavg()
     meta["wall_seconds"] = time.monotonic() - t_start
 
-    # ---- aggregate: medians per (engine, op, block) ----
-    figures: Dict[Tuple[str, str, int], Dict[str, List[float]]] = {}
-    problems: Dict[str, List[str]] = {}
-    crashes: Dict[str, int] = {e: 0 for e in engines}
-    ucx: Dict[str, List[str]] = {}
-    for out in runs:
-        e = out["engine"]
-        if out.get("crash"):
-            crashes[e] += 1
-            problems.setdefault(e, []).append(f"run {out['run']}: {out['crash']}")
-        if out.get("ucx"):
-            ucx.setdefault(e, [])
-            for u in out["ucx"]:
-                if u not in ucx[e]:
-                    ucx[e].append(u)
-        for rec in out["records"]:
-            if rec.get("type") == "summary" and rec.get("target_crashes"):
-                crashes[e] += rec["target_crashes"]
-                problems.setdefault(e, []).append(f"run {out['run']}: target crashed (exit {rec.get('target_exit')})")
-            if rec.get("type") == "error":
-                problems.setdefault(e, []).append(
-                    f"run {out['run']} {rec['op']} {size_label(rec['block_size'])}: {rec['error']}")
-            if rec.get("type") != "point":
-                continue
-            k = (e, rec["op"], rec["block_size"])
-            f = figures.setdefault(k, {"gbps": [], "p99": [], "p50": []})
-            f["gbps"].append(rec["gbps"])
-            f["p99"].append(rec["batch_us"]["p99"])
-            f["p50"].append(rec["batch_us"]["p50"])
-        if out["rc"] not in (0,) and not out.get("crash") and not any(
-                r.get("type") == "point" for r in out["records"]):
-            problems.setdefault(e, []).append(f"run {out['run']}: exit status {out['rc']}; "
-                                              + " | ".join(out["error_lines"][-3:]))
+    t = Tally(runs, engines)
+    figures, checked, wrong_data, problems, crashes, ucx = (t.figures, t.checked, t.wrong_data, t.problems,
+                                                            t.crashes, t.ucx)
     iperf = [v for v in limits["iperf3"] if v]
     iperf_mean = sum(iperf) / len(iperf) if iperf else None
 
-    def fig(e: str, op: str, b: int, what: str = "gbps") -> Optional[float]:
-        f = figures.get((e, op, b))
+    def fig(e: str, op: str, b: int, what: str = "gbps", phase: str = "batch") -> Optional[float]:
+        f = figures.get((e, phase, op, b))
         return med(f[what]) if f else None
 
     def limit(e: str, b: int) -> Optional[float]:
         return limits["memcpy"].get(b) if KIND[e] == "shm" else iperf_mean
 
     medians = []
-    for (e, op, b), f in sorted(figures.items()):
+    for (e, phase, op, b), f in sorted(figures.items()):
         lim = limit(e, b)
-        medians.append({"engine": e, "op": op, "block_size": b, "runs": len(f["gbps"]), "gbps": med(f["gbps"]),
+        medians.append({"engine": e, "phase": phase, "op": op, "block_size": b, "runs": len(f["gbps"]), "gbps": med(f["gbps"]),
                         "batch_p99_us": med(f["p99"]), "batch_p50_us": med(f["p50"]), "gbps_all": f["gbps"],
                         "limit": {"kind": "memcpy" if KIND[e] == "shm" else "iperf3", "gbps": lim,
                                   "fraction": med(f["gbps"]) / lim if lim else None}})
@@ -302,7 +368,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         for b in sizes:
             lines.append(f"| {size_label(b)} | " + " | ".join(cell(e, op, b) for e in engines) + " |")
         lines.append("")
-    pairs = [(a, b) for a, b in (("tent-tcp", "mooncake-tcp"), ("tent-tcp", "mooncake-tent"),
+    pairs = [(a, b) for a, b in (("tent-tcp", "tcp-floor"), ("tent-tcp", "mooncake-tcp"),
+                                 ("tent-tcp", "mooncake-tent"),
                                  ("tent-tcp", "nixl-ucx-tcp"), ("tent-shm", "nixl-ucx"), ("tent-shm-vm", "nixl-ucx"))
              if a in engines and b in engines]
     if pairs:
@@ -319,12 +386,41 @@ def main(argv: Optional[List[str]] = None) -> int:
                     row.append(f"{x / y:.2f}x" if x and y else "—")
             lines.append(f"| {size_label(bsz)} | " + " | ".join(row) + " |")
         lines.append("")
-    lines.append("### Crashes and errors")
+    lines.append(f"### A batch of one {size_label(ONE_BLOCK)} request: batch latency p50 / p99 in us "
+                 "(x: p50 over the tcp floor's)")
+    lines.append("")
+    lines.append("| engine | WRITE | READ |")
+    lines.append("|---|---|---|")
+    for e in engines:
+        row = []
+        for op in ("WRITE", "READ"):
+            p50, p99 = fig(e, op, ONE_BLOCK, "p50", "one"), fig(e, op, ONE_BLOCK, "p99", "one")
+            floor = fig("tcp-floor", op, ONE_BLOCK, "p50", "one")
+            x = f" ({p50 / floor:.1f}x)" if p50 and floor and e != "tcp-floor" else ""
+            row.append(f"{p50:.1f} / {p99:.1f}{x}" if p50 is not None and p99 is not None else "—")
+        lines.append(f"| {e} | " + " | ".join(row) + " |")
+    lines.append("")
+    threaded = [e for e in engines if e in THREADED]
+    if threaded:
+        lines.append(f"### {THREADS} initiator threads against 1 at {size_label(THREADS_BLOCK)}, batch {args.batch}: "
+                     "GB/s (1 thread / 2 threads = ratio)")
+        lines.append("")
+        lines.append("| engine | WRITE | READ |")
+        lines.append("|---|---|---|")
+        for e in threaded:
+            row = []
+            for op in ("WRITE", "READ"):
+                one, two = fig(e, op, THREADS_BLOCK), fig(e, op, THREADS_BLOCK, phase="threads")
+                row.append(f"{one:.3f} / {two:.3f} = {two / one:.2f}x" if one and two else "—")
+            lines.append(f"| {e} | " + " | ".join(row) + " |")
+        lines.append("")
+    lines.append("### Data checks, crashes and errors")
     lines.append("")
     for e in engines:
-        n_points = sum(len(f["gbps"]) for (en, _, _), f in figures.items() if en == e)
-        lines.append(f"- {e}: {crashes[e]} crashes, {len(problems.get(e, []))} problems, {n_points} points measured"
-                     + (": " + "; ".join(problems[e][:6]) if problems.get(e) else ""))
+        n_points = sum(len(f["gbps"]) for (en, _, _, _), f in figures.items() if en == e)
+        check = "no data check (the floor)" if e in FLOORS else f"{checked[e]} points checked (CRC-32) and right"
+        lines.append(f"- {e}: {crashes[e]} crashes, {len(problems.get(e, []))} problems, {n_points} points measured, "
+                     f"{check}" + (": " + "; ".join(problems[e][:6]) if problems.get(e) else ""))
     notes = sorted({o["backend_note"] for o in runs if o.get("backend_note")})
     for n in notes:
         lines.append(f"- mooncake-tent: {n}")
@@ -336,16 +432,19 @@ def main(argv: Optional[List[str]] = None) -> int:
     with open(os.path.join(res, "compare.json"), "w") as f:
         json.dump({"meta": meta, "limits": {"memcpy": {str(k): v for k, v in limits["memcpy"].items()},
                                             "iperf3": limits["iperf3"]},
-                   "medians": medians, "crashes": crashes, "problems": problems, "ucx": ucx,
+                   "medians": medians, "crashes": crashes, "problems": problems, "checked": checked, "ucx": ucx,
                    "runs": [{k: v for k, v in o.items() if k != "records"} for o in runs]}, f, indent=1)
     print(text)
     pts = [{"type": "point", "series": f"{x['engine']} {x['op']}", "op": x["op"], "block_size": x["block_size"],
-            "gbps": x["gbps"], "batch_us": {"p50": x["batch_p50_us"], "p99": x["batch_p99_us"]}} for x in medians]
+            "gbps": x["gbps"], "batch_us": {"p50": x["batch_p50_us"], "p99": x["batch_p99_us"]}}
+           for x in medians if x["phase"] == "batch"]
     msg = plot(pts, {"memcpy": limits["memcpy"], "iperf3": iperf}, os.path.join(res, "compare.png"),
                title="tent vs Mooncake vs NIXL")
     print(msg or f"plot: {os.path.join(res, 'compare.png')}", file=sys.stderr)
     print(f"compare: results in {res} (compare.md, compare.json, raw/, logs/)", file=sys.stderr)
-    return 0
+    for w in wrong_data:
+        print(f"compare: WRONG DATA: {w}", file=sys.stderr)
+    return 1 if wrong_data else 0
 
 
 if __name__ == "__main__":

@@ -242,3 +242,79 @@ def test_tent_bench_bad_arguments(tmp_path):
     assert p.returncode == 2 and "error: argument --block-size" in p.stderr, p.stderr
     p = tent_bench(["--batch", "0"], tmp_path)
     assert p.returncode == 2 and "must be positive" in p.stderr, p.stderr
+
+
+# ---- the comparison's tcp floor and the comparison itself -----------------------------------
+
+PINGPONG = os.path.join(SOURCE_DIR, "build", "bench", "tcp_pingpong")
+COMPARE_PY = os.path.join(SOURCE_DIR, "bench", "compare", "compare.py")
+
+
+@pytest.mark.skipif(not os.path.exists(PINGPONG), reason="build/bench/tcp_pingpong not built")
+def test_tcp_floor_points(tmp_path):
+    out = tmp_path / "floor.jsonl"
+    p = subprocess.run([PINGPONG, "--op", "write,read", "--block-size", "4K,1M", "--batch", "3", "--threads", "2",
+                        "--duration", "0.05", "--span", "2M", "--json", str(out)],
+                       capture_output=True, text=True, timeout=60, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    recs = records(out)
+    assert recs[0]["type"] == "meta" and recs[-1] == {"type": "summary", "failures": 0, "target_crashes": 0}
+    points = [r for r in recs if r["type"] == "point"]
+    assert {(r["op"], r["block_size"]) for r in points} == {(op, b) for op in OPS for b in (4096, 1 << 20)}
+    for r in points:
+        assert r["threads"] == 2 and r["batch"] == 3 and r["bytes"] == r["batches"] * 3 * r["block_size"], r
+        assert r["gbps"] > 0 and 0 < r["batch_us"]["p50"] <= r["batch_us"]["p99"] <= r["batch_us"]["max"], r
+    p = subprocess.run([PINGPONG, "--block-size", "4Q"], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "bad argument --block-size 4Q" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(not os.path.exists(PINGPONG), reason="build/bench/tcp_pingpong not built")
+def test_compare_checks_every_engine_and_measures_the_floor(tmp_path):
+    res = tmp_path / "results"
+    p = subprocess.run([sys.executable, COMPARE_PY, "--engines", "tent-tcp,tent-shm,tcp-floor", "--runs", "1",
+                        "--block-size", "4K", "--batch", "4", "--duration", "0.05", "--iperf3-seconds", "1",
+                        "--results", str(res)], capture_output=True, text=True, timeout=300, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    data = json.loads((res / "compare.json").read_text())
+    # every phase of every engine measured; tent's points all checked, the floor's none
+    phases = {(m["engine"], m["phase"]) for m in data["medians"]}
+    assert phases == {("tent-tcp", "batch"), ("tent-tcp", "one"), ("tent-tcp", "threads"), ("tent-shm", "batch"),
+                      ("tent-shm", "one"), ("tcp-floor", "batch"), ("tcp-floor", "one"), ("tcp-floor", "threads")}
+    assert data["checked"] == {"tent-tcp": 6, "tent-shm": 4, "tcp-floor": 0}
+    assert data["problems"] == {}
+    for raw in (res / "raw").glob("run1-tent-*.jsonl"):
+        assert all(r["check"] == "ok" for r in records(raw) if r["type"] == "point"), raw
+    md = (res / "compare.md").read_text()
+    assert "tent-tcp / tcp-floor WRITE" in md and "A batch of one 4K request" in md
+    assert "tent-tcp: 0 crashes, 0 problems, 6 points measured, 6 points checked (CRC-32) and right" in md
+    assert "tcp-floor: 0 crashes, 0 problems, 6 points measured, no data check (the floor)" in md
+
+
+def test_compare_counts_only_checked_points():
+    sys.path.insert(0, os.path.dirname(COMPARE_PY))
+    try:
+        import compare
+    finally:
+        sys.path.remove(os.path.dirname(COMPARE_PY))
+
+    def point(op, check=None, problems=None):
+        rec = {"type": "point", "op": op, "block_size": 4096, "gbps": 1.0, "batch_us": {"p50": 10.0, "p99": 20.0}}
+        if check is not None:
+            rec["check"] = check
+        if problems:
+            rec["problems"] = problems
+        return rec
+
+    def run(engine, *recs):
+        return {"engine": engine, "phase": "batch", "run": 1, "rc": 0, "records": list(recs), "error_lines": []}
+
+    t = compare.Tally([run("tent-tcp", point("WRITE", "ok"), point("READ", "crc32 00000001 != 00000002")),
+                       run("nixl-ucx", point("WRITE"), point("READ", "ok", ["served by tcp, not shm"])),
+                       run("tcp-floor", point("WRITE"))], ["tent-tcp", "nixl-ucx", "tcp-floor"])
+    # only the checked, problem-free point and the floor's point are figures
+    assert set(t.figures) == {("tent-tcp", "batch", "WRITE", 4096), ("tcp-floor", "batch", "WRITE", 4096)}
+    assert t.checked == {"tent-tcp": 1, "nixl-ucx": 1, "tcp-floor": 0}
+    assert t.wrong_data == ["tent-tcp run 1 batch READ 4K: crc32 00000001 != 00000002"]
+    assert t.problems["nixl-ucx"] == ["run 1 batch WRITE 4K: data check not done",
+                                      "run 1 batch READ 4K: served by tcp, not shm"]
+    assert "tcp-floor" not in t.problems
