@@ -421,16 +421,15 @@ func (s *session) lease(ranges []leaseRange, deadline time.Time) (uint64, []gran
 		ttl = 0
 	}
 	rep, err := s.call(msgLease, func(enc *wire.Encoder) {
-		enc.U64(uint64(ttl / time.Millisecond))
+		// The call id the caller wrote is the request's id.
+		enc.U64(uint64(ttl))
 		enc.U32(uint32(len(ranges)))
 		for _, r := range ranges {
-			enc.U64(r.addr)
-			enc.U64(r.len)
+			op := core.OpRead
 			if r.write {
-				enc.U8(1)
-			} else {
-				enc.U8(0)
+				op = core.OpWrite
 			}
+			lease.AppendRange(enc, op, r.addr, r.len)
 		}
 	}, func(r reply) {
 		d := wire.NewDecoder(r.payload)

@@ -91,7 +91,8 @@
 //	1 hello     S->C  u64 incarnation, u32 pid (first frame)
 //	2 import    C->S  u64 id, u64 alloc id
 //	3 imported  S->C  u64 id, u32 nfds (0/1), status, u64 base, u64 size; fd by SCM_RIGHTS
-//	4 lease     C->S  u64 id, u64 ttl ms, count n, n × (u64 addr, u64 len, u8 write)
+//	4 lease     C->S  the lease request of package lease (u64 id, u64 ttl ns,
+//	                  count n, n × (u8 op, u64 addr, u64 len))
 //	5 leased    S->C  u64 id, u64 lease id (0: none granted), count n,
 //	                  n × (status, u64 alloc id, u64 addr, u64 len, u8 cuda, str uuid)
 //	6 release   C->S  u64 lease id

@@ -22,7 +22,8 @@ const (
 	// S->C: u64 id, u32 number of fds (0 or 1), status, u64 base, u64 size;
 	// the fd travels as SCM_RIGHTS with this frame's bytes.
 	msgImported uint8 = 3
-	// C->S: u64 id, u64 ttl in ms, count n, n × (u64 addr, u64 len, u8 write).
+	// C->S: a lease.Request (u64 id, u64 ttl in ns, count n, n × (u8 op,
+	// u64 addr, u64 len)).
 	msgLease uint8 = 4
 	// S->C: u64 id, u64 lease id (0: nothing granted), count n, n ×
 	// (status, u64 alloc id, u64 region addr, u64 region len, u8 is cuda,

@@ -219,7 +219,7 @@ func (s *server) serve(c net.Conn, uc *net.UnixConn) {
 				return
 			}
 		case msgLease:
-			if sc.handleLease(&d) != nil {
+			if sc.handleLease(payload) != nil {
 				return
 			}
 		case msgRelease:
@@ -302,45 +302,24 @@ func (t *Transport) exportFD(alloc uint64, unixSession bool) (fd int, base, size
 // handleLease acquires each requested range and answers with one status
 // per range; the granted ranges stay held until release, the end of the
 // session, or the ttl plus leaseGrace.
-func (sc *sconn) handleLease(d *wire.Decoder) error {
+func (sc *sconn) handleLease(payload []byte) error {
 	s := sc.s
-	id := d.U64()
-	ttl := time.Duration(d.U64()) * time.Millisecond
-	n := d.Count(maxRanges, 17)
-	type rng struct {
-		addr, len uint64
-		write     bool
+	var m lease.Request
+	if err := lease.DecodeRequest(payload, maxRanges, &m); err != nil {
+		return err
 	}
-	ranges := make([]rng, 0, n)
-	for i := 0; i < n && d.Err() == nil; i++ {
-		addr, ln := d.U64(), d.U64()
-		w := d.U8()
-		if w > 1 {
-			d.Fail(status.Errorf(status.Protocol, "cuda: lease range %d: bad access %d", i, w))
-		}
-		ranges = append(ranges, rng{addr, ln, w == 1})
-	}
-	if d.Finish() != nil {
-		return d.Err()
-	}
-	if ttl > maxTTL || ttl < 0 {
-		ttl = maxTTL
-	}
+	id, ttl, ranges := m.ID, min(m.TTL, maxTTL), m.Ranges
 	e := s.e
-	l := &heldLease{}
+	var pins lease.Pins
 	enc := wire.NewEncoder(make([]byte, 0, 64+len(ranges)*64))
 	var body wire.Encoder
 	body.Reset(make([]byte, 0, len(ranges)*64))
 	closing := s.isClosed()
 	for _, q := range ranges {
-		access := core.AccessRemoteRead
-		if q.write {
-			access = core.AccessRemoteWrite
-		}
 		var r *core.Region
 		err := status.Errorf(status.Closed, "cuda: the target's transport is being uninstalled")
 		if !closing {
-			r, err = e.Acquire(q.addr, q.len, access)
+			r, err = pins.Acquire(e, q)
 		}
 		if err != nil {
 			s.t.leasesDenied.Add(1)
@@ -352,7 +331,6 @@ func (sc *sconn) handleLease(d *wire.Decoder) error {
 			body.String("")
 			continue
 		}
-		l.regions = append(l.regions, r)
 		body.Status(nil)
 		var alloc uint64
 		if r.Alloc != nil {
@@ -369,7 +347,8 @@ func (sc *sconn) handleLease(d *wire.Decoder) error {
 		body.String(s.t.uuidOf(r.Loc.Device, r.Loc.IsCUDA()))
 	}
 	var leaseID uint64
-	if len(l.regions) > 0 {
+	if len(pins.Regions) > 0 {
+		l := &heldLease{regions: pins.Regions}
 		leaseID = s.nextLease.Add(1)
 		s.leases.Add(1)
 		s.t.leasesTotal.Add(1)

@@ -31,7 +31,7 @@
 // After the handshake both sides exchange wire frames (u8 type, 3 zero
 // bytes, u32 payload length, payload; little-endian throughout):
 //
-//	1 LEASE   initiator -> target
+//	1 LEASE   initiator -> target: the lease request of package lease
 //	  u64 lease id      unique per connection, chosen by the initiator
 //	  u64 ttl           nanoseconds left until the requests' deadline
 //	  u32 count         1 <= count <= MaxLeaseEntries (4096), then per entry:

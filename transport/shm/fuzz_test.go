@@ -31,20 +31,20 @@ func FuzzDecodeLease(f *testing.F) {
 			}
 			return
 		}
-		if len(m.ents) == 0 || len(m.ents) > MaxLeaseEntries {
-			t.Fatalf("%d entries accepted", len(m.ents))
+		if len(m.Ranges) == 0 || len(m.Ranges) > MaxLeaseEntries {
+			t.Fatalf("%d entries accepted", len(m.Ranges))
 		}
-		if uint64(m.ttl) > 1<<62 {
-			t.Fatalf("ttl %d not clamped", m.ttl)
+		if uint64(m.TTL) > 1<<62 {
+			t.Fatalf("ttl %d not clamped", m.TTL)
 		}
-		if uint64(m.ttl) == 1<<62 {
+		if uint64(m.TTL) == 1<<62 {
 			return // clamped: does not encode back to the same bytes
 		}
-		reqs := make([]*core.Request, len(m.ents))
-		for i, en := range m.ents {
-			reqs[i] = &core.Request{Op: en.op, Remote: en.addr, Len: en.len}
+		reqs := make([]*core.Request, len(m.Ranges))
+		for i, en := range m.Ranges {
+			reqs[i] = &core.Request{Op: en.Op, Remote: en.Addr, Len: en.Len}
 		}
-		if again := payload(appendLease(nil, m.id, m.ttl, reqs)); !bytes.Equal(again, p) {
+		if again := payload(appendLease(nil, m.ID, m.TTL, reqs)); !bytes.Equal(again, p) {
 			t.Fatalf("re-encoded lease differs:\n% x\n% x", again, p)
 		}
 	})

@@ -215,7 +215,7 @@ func (rc *rawClient) lease(t testing.TB, id uint64, ttl time.Duration, ents ...l
 	t.Helper()
 	reqs := make([]*core.Request, len(ents))
 	for i, en := range ents {
-		reqs[i] = &core.Request{Op: en.op, Remote: en.addr, Len: en.len}
+		reqs[i] = &core.Request{Op: en.Op, Remote: en.Addr, Len: en.Len}
 	}
 	_, err := rc.c.Write(appendLease(nil, id, ttl, reqs))
 	require.NoError(t, err)

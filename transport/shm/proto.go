@@ -40,27 +40,20 @@ const (
 	// entries with full messages is the largest.
 	maxFrame = 64 + maxGrantFDs*25 + MaxLeaseEntries*(4+4+maxDenyMsg)
 
-	leaseHeadSize  = 8 + 8 + 4
-	leaseEntrySize = 1 + 8 + 8
-	grantFDSize    = 8 + 8 + 8 + 1
-	minGrantEntry  = 4 + 4 // a denied entry with an empty message
-	fdWritable     = 1 << 0
-	maxMapSize     = 1 << 46 // same bound as core's allocations
+	leaseHeadSize = lease.RequestHeadSize
+	grantFDSize   = 8 + 8 + 8 + 1
+	minGrantEntry = 4 + 4 // a denied entry with an empty message
+	fdWritable    = 1 << 0
+	maxMapSize    = 1 << 46 // same bound as core's allocations
 )
 
-// leaseEntry is one (op, remote addr, len) of a lease request.
-type leaseEntry struct {
-	op   core.Op
-	addr uint64
-	len  uint64
-}
-
-// leaseMsg is a decoded lease request.
-type leaseMsg struct {
-	id   uint64
-	ttl  time.Duration
-	ents []leaseEntry
-}
+// leaseEntry is one (op, remote addr, len) of a lease request, and
+// leaseMsg a decoded request: the same-host lease request of package
+// lease.
+type (
+	leaseEntry = lease.Range
+	leaseMsg   = lease.Request
+)
 
 // grantFD describes one memfd attached to a grant, in attachment order.
 type grantFD struct {
@@ -104,40 +97,16 @@ func appendLease(b []byte, id uint64, ttl time.Duration, reqs []*core.Request) [
 	start := len(b)
 	b = lease.BeginFrame(b, frameLease)
 	e := wire.NewEncoder(b)
-	e.U64(id)
-	e.U64(durationNS(ttl))
-	e.U32(uint32(len(reqs)))
+	lease.BeginRequest(&e, id, ttl, len(reqs))
 	for _, r := range reqs {
-		e.U8(uint8(r.Op))
-		e.U64(r.Remote)
-		e.U64(r.Len)
+		lease.AppendRange(&e, r.Op, r.Remote, r.Len)
 	}
 	return lease.EndFrame(e.Out(), start)
 }
 
-// decodeLease decodes a lease payload into m, reusing m.ents.
+// decodeLease decodes a lease payload into m, reusing m.Ranges.
 func decodeLease(p []byte, m *leaseMsg) error {
-	d := wire.NewDecoder(p)
-	m.id = d.U64()
-	m.ttl = nsDuration(d.U64())
-	n := d.Count(MaxLeaseEntries, leaseEntrySize)
-	if d.Err() == nil && n == 0 {
-		d.Fail(status.Errorf(status.Protocol, "shm: empty lease"))
-	}
-	if cap(m.ents) < n {
-		m.ents = make([]leaseEntry, 0, n)
-	}
-	m.ents = m.ents[:0]
-	for i := 0; i < n && d.Err() == nil; i++ {
-		op := d.U8()
-		addr := d.U64()
-		ln := d.U64()
-		if op > uint8(core.OpWrite) {
-			d.Fail(status.Errorf(status.Protocol, "shm: lease entry %d has unknown op %d", i, op))
-		}
-		m.ents = append(m.ents, leaseEntry{op: core.Op(op), addr: addr, len: ln})
-	}
-	return d.Finish()
+	return lease.DecodeRequest(p, MaxLeaseEntries, m)
 }
 
 // appendGrant appends a grant frame.

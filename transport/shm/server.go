@@ -43,10 +43,6 @@ type heldLease struct {
 	expires time.Time
 }
 
-// pinWindow is how many of a lease's latest pins an entry is matched
-// against before the engine is asked again.
-const pinWindow = 8
-
 // admit starts serving an accepted connection (on the loop's goroutine).
 func (t *Transport) admit(c *net.UnixConn, p *acceptloop.Pending) {
 	sc := &serverConn{t: t, c: c, leases: map[uint64]*heldLease{}, sent: map[uint64]struct{}{}}
@@ -113,128 +109,138 @@ func (sc *serverConn) serve(p *acceptloop.Pending) {
 
 // grant checks every entry against the engine's registrations, pins what
 // it grants, and answers with the per-entry codes, attaching the memfds of
-// granted allocations not yet sent on this connection.
+// granted allocations not yet sent on this connection. An error closes the
+// connection.
 func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte, []grantEntry, error) {
 	t := sc.t
 	if h := testHookGrant.Load(); h != nil {
 		(*h)()
 	}
 	now := time.Now()
-	ttl := min(m.ttl, t.maxLease)
+	ttl := min(m.TTL, t.maxLease)
+	refusal, err := sc.admitLease(m.ID)
+	if err != nil {
+		return out, ents, err
+	}
+	if cap(ents) < len(m.Ranges) {
+		ents = make([]grantEntry, len(m.Ranges))
+	}
+	ents = ents[:len(m.Ranges)]
+	var pins lease.Pins
+	var att attachments
+	for i, rg := range m.Ranges {
+		if refusal != nil {
+			ents[i] = *refusal
+			continue
+		}
+		r, err := pins.Acquire(t.e, rg)
+		if err != nil {
+			ents[i] = grantEntry{code: status.CodeOf(err), msg: err.Error()}
+			t.refused.Add(1)
+			continue
+		}
+		ents[i] = grantEntry{code: status.OK, alloc: sc.share(r, &att)}
+	}
+	gen := t.e.Generation() // after the acquisitions: every granted allocation is registered at gen
+	if len(pins.Regions) > 0 {
+		if err := sc.hold(m.ID, pins.Regions, att.fds, now.Add(ttl+leaseGrace)); err != nil {
+			pins.Release(t.e)
+			return out, ents, err
+		}
+	}
+	out = appendGrant(out, m.ID, gen, ttl, att.fds, ents)
+	return out, ents, sc.sendGrant(out, att.raw)
+}
+
+// admitLease says what the connection's state leaves for a new lease: an
+// error (the connection is closed, or the peer reused a lease id) closes
+// it; a refusal answers every entry (the transport shuts down, or the
+// connection holds maxLeasesPerConn leases).
+func (sc *serverConn) admitLease(id uint64) (refusal *grantEntry, err error) {
 	sc.mu.Lock()
-	_, dup := sc.leases[m.id]
+	_, dup := sc.leases[id]
 	busy := len(sc.leases) >= maxLeasesPerConn
 	closed := sc.closed
 	sc.mu.Unlock()
-	shutdown := t.closing.Load()
 	switch {
 	case closed:
-		return out, ents, status.Errorf(status.Closed, "connection closed")
+		return nil, status.Errorf(status.Closed, "connection closed")
 	case dup:
-		return out, ents, status.Errorf(status.Protocol, "lease id %d reused", m.id)
+		return nil, status.Errorf(status.Protocol, "lease id %d reused", id)
+	case sc.t.closing.Load():
+		return &grantEntry{code: status.Closed, msg: "the target's shm transport is shutting down"}, nil
+	case busy:
+		return &grantEntry{code: status.Busy, msg: fmt.Sprintf("connection holds %d leases", maxLeasesPerConn)}, nil
 	}
-	if cap(ents) < len(m.ents) {
-		ents = make([]grantEntry, len(m.ents))
+	return nil, nil
+}
+
+// attachments are the memfds one grant carries, described and raw, in
+// attachment order.
+type attachments struct {
+	fds []grantFD
+	raw []int
+}
+
+// share returns the allocation a granted entry in r may be copied
+// through, attaching its memfd to the grant if this connection has not
+// received it yet; 0 means process_vm.
+func (sc *serverConn) share(r *core.Region, att *attachments) uint64 {
+	a := r.Alloc
+	if a == nil || a.FD < 0 || r.Loc.IsCUDA() || !r.HandleShareable() || !sc.shareFDs {
+		// process_vm: the kernel's ptrace check decides, and tent hands
+		// out nothing. A memfd would grant read-write access to the
+		// whole allocation whatever its open mode (it can be reopened
+		// through /proc/self/fd), so it goes only with a read-write
+		// registration of the whole allocation, to a peer of our uid.
+		return 0
 	}
-	ents = ents[:len(m.ents)]
-	var regions []*core.Region // the lease's pins
-	var (
-		fds    []grantFD
-		rawFDs []int
-	)
-	granted := 0
-	for i, en := range m.ents {
-		if shutdown {
-			ents[i] = grantEntry{code: status.Closed, msg: "the target's shm transport is shutting down"}
-			continue
-		}
-		if busy {
-			ents[i] = grantEntry{code: status.Busy, msg: fmt.Sprintf("connection holds %d leases", maxLeasesPerConn)}
-			continue
-		}
-		access, need := core.AccessRemoteWrite, core.PermRemoteWrite
-		if en.op == core.OpRead {
-			access, need = core.AccessRemoteRead, core.PermRemoteRead
-		}
-		// An entry inside a region this lease already pinned, with the
-		// permission it needs, is covered by that pin: the region stays
-		// registered until the lease ends, exactly as a second Acquire
-		// would keep it. Anything else asks the engine.
-		var r *core.Region
-		if en.len > 0 {
-			for k := len(regions) - 1; k >= 0 && k >= len(regions)-pinWindow; k-- {
-				if p := regions[k]; p.Perm&need != 0 && p.Contains(en.addr, en.len) {
-					r = p
-					break
-				}
-			}
-		}
-		if r == nil {
-			var err error
-			if r, err = t.e.Acquire(en.addr, en.len, access); err != nil {
-				ents[i] = grantEntry{code: status.CodeOf(err), msg: err.Error()}
-				t.refused.Add(1)
-				continue
-			}
-			regions = append(regions, r)
-		}
-		granted++
-		ents[i] = grantEntry{code: status.OK}
-		a := r.Alloc
-		if a == nil || a.FD < 0 || r.Loc.IsCUDA() || !r.HandleShareable() || !sc.shareFDs {
-			// process_vm: the kernel's ptrace check decides, and tent hands
-			// out nothing. A memfd would grant read-write access to the
-			// whole allocation whatever its open mode (it can be reopened
-			// through /proc/self/fd), so it goes only with a read-write
-			// registration of the whole allocation, to a peer of our uid.
-			continue
-		}
-		if sc.hasSent(a.ID) {
-			ents[i].alloc = a.ID
-			continue
-		}
-		k := -1
-		for x := range fds {
-			if fds[x].alloc == a.ID {
-				k = x
-				break
-			}
-		}
-		if k < 0 && len(fds) < maxGrantFDs {
-			fds = append(fds, grantFD{alloc: a.ID, base: a.Addr, size: a.Size, writable: true})
-			rawFDs = append(rawFDs, a.FD)
-			k = len(fds) - 1
-		}
-		if k >= 0 {
-			ents[i].alloc = a.ID
+	if sc.hasSent(a.ID) {
+		return a.ID
+	}
+	for _, f := range att.fds {
+		if f.alloc == a.ID {
+			return a.ID
 		}
 	}
-	gen := t.e.Generation() // after the acquisitions: every granted allocation is registered at gen
-	if granted > 0 {
-		l := &heldLease{regions: regions, expires: now.Add(ttl + leaseGrace)}
-		sc.mu.Lock()
-		if sc.closed {
-			sc.mu.Unlock()
-			releaseRegions(t.e, regions)
-			return out, ents, status.Errorf(status.Closed, "connection closed")
-		}
-		sc.leases[m.id] = l
-		for _, f := range fds {
-			sc.sent[f.alloc] = struct{}{}
-		}
+	if len(att.fds) >= maxGrantFDs {
+		return 0 // its descriptor goes with a later grant
+	}
+	att.fds = append(att.fds, grantFD{alloc: a.ID, base: a.Addr, size: a.Size, writable: true})
+	att.raw = append(att.raw, a.FD)
+	return a.ID
+}
+
+// hold records a granted lease (its pins, and the descriptors about to go
+// out) on the connection, unless the connection closed meanwhile.
+func (sc *serverConn) hold(id uint64, regions []*core.Region, fds []grantFD, expires time.Time) error {
+	l := &heldLease{regions: regions, expires: expires}
+	sc.mu.Lock()
+	if sc.closed {
 		sc.mu.Unlock()
-		t.leases.Add(1)
-		t.scheduleReap(l.expires)
+		return status.Errorf(status.Closed, "connection closed")
 	}
-	out = appendGrant(out, m.id, gen, ttl, fds, ents)
+	sc.leases[id] = l
+	for _, f := range fds {
+		sc.sent[f.alloc] = struct{}{}
+	}
+	sc.mu.Unlock()
+	sc.t.leases.Add(1)
+	sc.t.scheduleReap(expires)
+	return nil
+}
+
+// sendGrant writes a grant frame with its descriptors.
+func (sc *serverConn) sendGrant(out []byte, raw []int) error {
+	t := sc.t
 	// Counted before the write, so whoever receives the grant already
 	// sees it counted; taken back if the write failed.
-	t.fdsSent.Add(int64(len(rawFDs)))
-	err := sc.write(out, rawFDs)
+	t.fdsSent.Add(int64(len(raw)))
+	err := sc.write(out, raw)
 	if err != nil {
-		t.fdsSent.Add(-int64(len(rawFDs)))
+		t.fdsSent.Add(-int64(len(raw)))
 	}
-	return out, ents, err
+	return err
 }
 
 func (sc *serverConn) hasSent(id uint64) bool {

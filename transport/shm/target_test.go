@@ -62,14 +62,14 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	t.Run("refusals", func(t *testing.T) {
 		other := make([]byte, 64)
 		h, g, fds := rc.lease(t, 1, time.Second,
-			leaseEntry{core.OpRead, stale.Addr, 8},          // unregistered since the cache was filled
-			leaseEntry{core.OpWrite, memory.Addr(other), 8}, // never registered
-			leaseEntry{core.OpWrite, r0.Addr + 4090, 16},    // spans r0 and r1
-			leaseEntry{core.OpRead, rro.Addr + 4000, 200},   // runs past the last region
-			leaseEntry{core.OpWrite, rro.Addr, 8},           // read-only region
-			leaseEntry{core.OpRead, awo.Addr, 8},            // write-only allocation
-			leaseEntry{core.OpWrite, aro.Addr, 8},           // read-only allocation
-			leaseEntry{core.OpRead, r0.Addr, 0},             // empty
+			leaseEntry{Op: core.OpRead, Addr: stale.Addr, Len: 8},          // unregistered since the cache was filled
+			leaseEntry{Op: core.OpWrite, Addr: memory.Addr(other), Len: 8}, // never registered
+			leaseEntry{Op: core.OpWrite, Addr: r0.Addr + 4090, Len: 16},    // spans r0 and r1
+			leaseEntry{Op: core.OpRead, Addr: rro.Addr + 4000, Len: 200},   // runs past the last region
+			leaseEntry{Op: core.OpWrite, Addr: rro.Addr, Len: 8},           // read-only region
+			leaseEntry{Op: core.OpRead, Addr: awo.Addr, Len: 8},            // write-only allocation
+			leaseEntry{Op: core.OpWrite, Addr: aro.Addr, Len: 8},           // read-only allocation
+			leaseEntry{Op: core.OpRead, Addr: r0.Addr, Len: 0},             // empty
 		)
 		want := []status.Code{status.NotRegistered, status.NotRegistered, status.OutOfRange, status.OutOfRange,
 			status.PermissionDenied, status.PermissionDenied, status.PermissionDenied, status.InvalidArgument}
@@ -85,11 +85,11 @@ func TestTargetEnforcesLeases(t *testing.T) {
 
 	t.Run("descriptors only for granted allocations", func(t *testing.T) {
 		h, g, fds := rc.lease(t, 2, 10*time.Second,
-			leaseEntry{core.OpRead, a0.Addr + 1, 100},
-			leaseEntry{core.OpWrite, aro.Addr, 8}, // refused: no descriptor for it either
-			leaseEntry{core.OpWrite, awo.Addr, 8}, // granted, but a write-only mapping does not exist
-			leaseEntry{core.OpRead, aro.Addr, 16},
-			leaseEntry{core.OpWrite, a0.Addr + 4096, 8}, // same allocation: one descriptor
+			leaseEntry{Op: core.OpRead, Addr: a0.Addr + 1, Len: 100},
+			leaseEntry{Op: core.OpWrite, Addr: aro.Addr, Len: 8}, // refused: no descriptor for it either
+			leaseEntry{Op: core.OpWrite, Addr: awo.Addr, Len: 8}, // granted, but a write-only mapping does not exist
+			leaseEntry{Op: core.OpRead, Addr: aro.Addr, Len: 16},
+			leaseEntry{Op: core.OpWrite, Addr: a0.Addr + 4096, Len: 8}, // same allocation: one descriptor
 		)
 		require.Equal(t, []status.Code{status.OK, status.PermissionDenied, status.OK, status.OK, status.OK},
 			[]status.Code{g[0].code, g[1].code, g[2].code, g[3].code, g[4].code})
@@ -137,7 +137,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 		// A stale cache of the freed allocation gets nothing; a granted
 		// allocation already sent is named without a second descriptor.
 		h, g, fds2 := rc.lease(t, 3, time.Minute,
-			leaseEntry{core.OpRead, a0.Addr, 8}, leaseEntry{core.OpRead, aro.Addr, 8})
+			leaseEntry{Op: core.OpRead, Addr: a0.Addr, Len: 8}, leaseEntry{Op: core.OpRead, Addr: aro.Addr, Len: 8})
 		require.Equal(t, status.NotRegistered, g[0].code)
 		require.Equal(t, status.OK, g[1].code)
 		require.Zero(t, g[1].alloc)
@@ -149,7 +149,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	t.Run("closing the connection releases its leases", func(t *testing.T) {
 		rc2, err := dialRaw(t, tr.addr, nil)
 		require.NoError(t, err)
-		_, g, _ := rc2.lease(t, 1, time.Minute, leaseEntry{core.OpWrite, r0.Addr, 8})
+		_, g, _ := rc2.lease(t, 1, time.Minute, leaseEntry{Op: core.OpWrite, Addr: r0.Addr, Len: 8})
 		require.Equal(t, status.OK, g[0].code)
 		require.ErrorIs(t, target.Unregister(r0), status.ErrBusy)
 		require.NoError(t, rc2.c.Close())
@@ -159,7 +159,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 
 	t.Run("an expired lease is taken back", func(t *testing.T) {
 		expired := tr.Stats()["leases_expired"]
-		_, g, _ := rc.lease(t, 4, 20*time.Millisecond, leaseEntry{core.OpWrite, r1.Addr, 8})
+		_, g, _ := rc.lease(t, 4, 20*time.Millisecond, leaseEntry{Op: core.OpWrite, Addr: r1.Addr, Len: 8})
 		require.Equal(t, status.OK, g[0].code)
 		// Never released: ttl plus grace later the target lets go.
 		require.Eventually(t, func() bool { return tr.Stats()["leases"] == 0 }, 5*time.Second, time.Millisecond)
@@ -169,7 +169,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	})
 
 	t.Run("a lease longer than the target allows is capped", func(t *testing.T) {
-		h, g, _ := rc.lease(t, 5, time.Duration(1<<62), leaseEntry{core.OpRead, rro.Addr, 8})
+		h, g, _ := rc.lease(t, 5, time.Duration(1<<62), leaseEntry{Op: core.OpRead, Addr: rro.Addr, Len: 8})
 		require.Equal(t, status.OK, g[0].code)
 		require.Equal(t, target.Options().DefaultTimeout, h.ttl)
 		rc.release(t, 5)
@@ -178,7 +178,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	t.Run("garbage closes the connection", func(t *testing.T) {
 		rc3, err := dialRaw(t, tr.addr, nil)
 		require.NoError(t, err)
-		_, g, _ := rc3.lease(t, 1, time.Minute, leaseEntry{core.OpRead, rro.Addr, 8})
+		_, g, _ := rc3.lease(t, 1, time.Minute, leaseEntry{Op: core.OpRead, Addr: rro.Addr, Len: 8})
 		require.Equal(t, status.OK, g[0].code)
 		bad := appendLease(nil, 2, time.Second, []*core.Request{{Op: 7, Remote: rro.Addr, Len: 8}})
 		_, err = rc3.c.Write(bad)
@@ -203,7 +203,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	require.NoError(t, err)
 	prc, err := dialRaw(t, ptr.addr, nil)
 	require.NoError(t, err)
-	_, g, _ := prc.lease(t, 6, time.Minute, leaseEntry{core.OpRead, memory.Addr(ro), 8})
+	_, g, _ := prc.lease(t, 6, time.Minute, leaseEntry{Op: core.OpRead, Addr: memory.Addr(ro), Len: 8})
 	require.Equal(t, status.OK, g[0].code)
 	done := make(chan time.Time, 1)
 	go func() {
@@ -211,7 +211,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 		done <- time.Now()
 	}()
 	require.Eventually(t, func() bool { return ptr.closing.Load() }, 10*time.Second, time.Millisecond)
-	_, g, _ = prc.lease(t, 7, time.Minute, leaseEntry{core.OpRead, memory.Addr(ro), 8})
+	_, g, _ = prc.lease(t, 7, time.Minute, leaseEntry{Op: core.OpRead, Addr: memory.Addr(ro), Len: 8})
 	require.Equal(t, status.Closed, g[0].code, "no new leases while shutting down")
 	time.Sleep(50 * time.Millisecond) // a chance to return early; any length does
 	released := time.Now()
@@ -226,7 +226,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	require.NoError(t, err)
 	rc2, err := dialRaw(t, tr2.addr, nil)
 	require.NoError(t, err)
-	_, g, _ = rc2.lease(t, 1, time.Minute, leaseEntry{core.OpWrite, memory.Addr(held), 8})
+	_, g, _ = rc2.lease(t, 1, time.Minute, leaseEntry{Op: core.OpWrite, Addr: memory.Addr(held), Len: 8})
 	require.Equal(t, status.OK, g[0].code)
 	start := time.Now()
 	require.NoError(t, target2.Uninstall("shm"))

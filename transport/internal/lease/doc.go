@@ -37,6 +37,21 @@
 // most wire.MaxStatusMessage bytes. The decoder rejects codes that are not
 // known failure codes. core's control protocol uses the same encoding.
 //
+// # Lease requests and the target's check
+//
+// The initiator asks for a lease on exactly the ranges it is about to
+// touch, in one layout for every transport (Request, BeginRequest,
+// AppendRange, DecodeRequest; see request.go): the request's id, its ttl
+// in nanoseconds, and 1 to the transport's limit of (op, addr, len). The
+// target checks each range with Engine.Acquire for the access the op
+// needs (Pins): registered, inside one region, permitted, not being
+// unregistered; a refused range is answered with the engine's status. The
+// granted ranges stay pinned until the lease ends, so unregistering them
+// waits (and past UnregisterTimeout fails with Busy). A range inside a
+// region the same grant already pinned, with the permission it needs,
+// shares that pin. How a grant is answered and released is the
+// transport's.
+//
 // # File descriptors
 //
 // Descriptors travel as SCM_RIGHTS attached to the first byte of the
