@@ -6,7 +6,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/tent-dev/tent/core"
+	cumem "github.com/tent-dev/tent/memory/cuda"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -111,7 +111,7 @@ func TestAbsurdBatchCounts(t *testing.T) {
 // CUDA driver here, so any GPU location is UNSUPPORTED, one at a time or
 // in a batch.
 func TestLocationNamingAbsentDevice(t *testing.T) {
-	if core.GPUCount != nil && core.GPUCount() > 0 {
+	if _, err := cumem.Open(); err == nil {
 		t.Skip("a CUDA driver with GPUs is present")
 	}
 	e, _ := newEngine(t)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/tent-dev/tent/capi/internal/handles"
 	"github.com/tent-dev/tent/core"
+	cumem "github.com/tent-dev/tent/memory/cuda"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -57,6 +58,13 @@ func tentgo_engine_create(opts C.uintptr_t, out C.uintptr_t) (st C.tent_status) 
 		return fail(err)
 	}
 	o.Logger = logs.Logger()
+	// GPU memory is the engine's when the process has a CUDA driver with
+	// a GPU, whichever transports it installs.
+	if gpu, err := cumem.Open(); err == nil {
+		o.Memory = append(o.Memory, gpu)
+	} else {
+		o.Logger.Debug("engine without GPU memory", "reason", err)
+	}
 	ce, err := core.New(o)
 	if err != nil {
 		return fail(err)

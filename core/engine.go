@@ -12,6 +12,7 @@ import (
 
 	"github.com/tent-dev/tent/internal/acceptloop"
 	"github.com/tent-dev/tent/internal/netaddr"
+	"github.com/tent-dev/tent/memory"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -46,6 +47,10 @@ type Options struct {
 	// Logger receives the engine's and its transports' log lines; nil
 	// discards them. Nothing is logged per request at Info or above.
 	Logger *slog.Logger
+	// Memory lists the kinds of memory the engine can register, detect,
+	// allocate and stage besides host memory, which it always has (e.g.
+	// memory/cuda's GPU memory). Nil means host memory only.
+	Memory []memory.Kind
 }
 
 const (
@@ -95,6 +100,7 @@ type Engine struct {
 	srv         *server
 	dir         Directory
 	notes       *notifyQueue
+	mem         *memory.Layer
 	log         *slog.Logger // Options.Logger with the engine's name
 
 	mu          sync.Mutex
@@ -133,12 +139,16 @@ func New(o Options) (*Engine, error) {
 	if err := checkListenAddr(opts); err != nil {
 		return nil, err
 	}
+	mem, err := newMemoryLayer(opts.Memory)
+	if err != nil {
+		return nil, err
+	}
 	e := &Engine{
 		opts: opts, index: newIndex(), regions: map[*Region]struct{}{},
 		notes: newNotifyQueue(), peers: map[string]*Peer{}, segments: map[*Segment]struct{}{},
 		batches: map[*Batch]struct{}{}, links: map[*link]struct{}{},
 		subscribers: map[chan struct{}]struct{}{}, allocs: map[*Allocation]struct{}{},
-		installing: map[string]bool{},
+		installing: map[string]bool{}, mem: mem,
 	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])

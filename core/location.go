@@ -1,7 +1,6 @@
 package core
 
 import (
-	"os"
 	"strconv"
 	"strings"
 
@@ -52,40 +51,4 @@ func ParseLocation(s string) (Location, error) {
 		loc.Device = 0
 	}
 	return loc, nil
-}
-
-// GPUCount reports how many GPUs the process's CUDA driver sees; the CUDA
-// support sets it (from init). Nil means no CUDA support in this build.
-var GPUCount func() int
-
-// numaNodeDir lists the machine's NUMA nodes (node0, node1, ...).
-const numaNodeDir = "/sys/devices/system/node"
-
-// checkDevice checks that the device an explicit location names exists
-// here: a GPU the CUDA driver sees (UNSUPPORTED when there is no driver or
-// no GPU at all), a NUMA node of this machine. Whether the memory really
-// lives there is the transports' check (the cuda transport asks the
-// driver), since only they know how to tell.
-func checkDevice(loc Location) error {
-	switch {
-	case loc.IsCUDA():
-		n := 0
-		if GPUCount != nil {
-			n = GPUCount()
-		}
-		if n == 0 {
-			return status.Errorf(status.Unsupported,
-				"location %q names a GPU, but there is no CUDA driver with a GPU in this process", loc)
-		}
-		if loc.Device >= n {
-			return status.Errorf(status.InvalidArgument,
-				"location %q names a GPU that does not exist: the CUDA driver sees %d GPU(s), cuda:0 to cuda:%d", loc, n, n-1)
-		}
-	case loc.Device > 0:
-		if _, err := os.Stat(numaNodeDir + "/node" + strconv.Itoa(loc.Device)); err != nil {
-			return status.Errorf(status.InvalidArgument,
-				"location %q names NUMA node %d, which this machine does not have (%s)", loc, loc.Device, numaNodeDir)
-		}
-	}
-	return nil
 }

@@ -113,7 +113,7 @@ func (r *Region) waitIdle(deadline time.Time) bool {
 	}
 }
 
-func validateDesc(d RegionDesc) (Location, error) {
+func (e *Engine) validateDesc(d RegionDesc) (Location, error) {
 	switch {
 	case d.Addr == 0:
 		return Location{}, status.Errorf(status.InvalidArgument, "null address")
@@ -124,24 +124,13 @@ func validateDesc(d RegionDesc) (Location, error) {
 			"address %#x + length %#x overflows", d.Addr, d.Len)
 	}
 	if d.Location == "" {
-		return detectLocation(d.Addr)
+		return e.detectLocation(d.Addr)
 	}
 	loc, err := ParseLocation(d.Location)
 	if err != nil {
 		return Location{}, err
 	}
-	return loc, checkDevice(loc)
-}
-
-// LocationDetector finds where memory at addr lives; the CUDA support
-// replaces the default, which says host memory.
-var LocationDetector func(addr uint64) (Location, error)
-
-func detectLocation(addr uint64) (Location, error) {
-	if LocationDetector != nil {
-		return LocationDetector(addr)
-	}
-	return CPU, nil
+	return loc, e.checkDevice(loc)
 }
 
 func validatePerm(p Perm) error {
@@ -178,7 +167,7 @@ func (e *Engine) registerBatch(descs []RegionDesc, perm Perm, alloc *Allocation)
 	regions := make([]*Region, len(descs))
 	ivs := make([]interval, len(descs))
 	for i, d := range descs {
-		loc, err := validateDesc(d)
+		loc, err := e.validateDesc(d)
 		if err != nil {
 			if len(descs) > 1 {
 				return nil, status.Errorf(status.CodeOf(err), "entry %d: %w", i, err)

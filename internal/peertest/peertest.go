@@ -20,6 +20,7 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
+	tmem "github.com/tent-dev/tent/memory"
 )
 
 const envConfig = "TENT_PEERTEST_CONFIG"
@@ -73,12 +74,14 @@ type Accessor interface {
 // command's arguments and returns the one-line answer.
 type Command func(e *core.Engine, args []string) (string, error)
 
-// Accessors (by location kind, "cuda") and Commands (by name) extend the
-// peer. A test binary sets them in TestMain before calling Main; they are
-// read-only afterwards.
+// Accessors (by location kind, "cuda"), Commands (by name) and Memory
+// (the memory kinds of the peer's engine besides host memory; nil for
+// host memory only) extend the peer. A test binary sets them in TestMain
+// before calling Main; they are read-only afterwards.
 var (
 	Accessors = map[string]Accessor{}
 	Commands  = map[string]Command{}
+	Memory    func() []tmem.Kind
 )
 
 // Hello is what the peer reports once it is ready.
@@ -274,6 +277,9 @@ func runPeer(raw string) int {
 		MaxUnauthenticated: cfg.MaxUnauthenticated, HandshakeTimeout: cfg.HandshakeTimeout}
 	if cfg.Secret != "" {
 		opts.Secret = []byte(cfg.Secret)
+	}
+	if Memory != nil {
+		opts.Memory = Memory()
 	}
 	e, err := core.New(opts)
 	if err != nil {

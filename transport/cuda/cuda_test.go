@@ -11,7 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	cu "github.com/tent-dev/tent/cuda"
 	"github.com/tent-dev/tent/cuda/fakecuda"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
@@ -24,14 +23,10 @@ func TestNoDriverChildProcess(t *testing.T) {
 }
 
 func TestNoDriverInProcess(t *testing.T) {
-	old := driverFn
-	driverFn = func() (*cu.Driver, error) {
-		return nil, status.Errorf(status.Unsupported, "no CUDA driver (test): GPU features disabled")
-	}
-	defer func() { driverFn = old }()
+	// No useFake: the engine has no GPU memory.
 	e, tr := newEngine(t, "cuda", "local")
 	require.Nil(t, tr, "a transport that cannot serve is not installed")
-	require.Contains(t, e.Stats().Unavailable[Name], "no CUDA driver (test)")
+	require.Contains(t, e.Stats().Unavailable[Name], "no CUDA driver: the engine was created without GPU memory")
 	_, err := e.Alloc(1<<20, "cuda:0", rw)
 	require.Equal(t, status.Unsupported, status.CodeOf(err))
 	requireMsg(t, err, "cuda:0", "no CUDA driver")
@@ -40,7 +35,7 @@ func TestNoDriverInProcess(t *testing.T) {
 	// The transport itself, installed directly, stays inert.
 	inert := New()
 	require.NoError(t, inert.Install(e))
-	require.Contains(t, inert.Unavailable(), "no CUDA driver (test)")
+	require.Contains(t, inert.Unavailable(), "no CUDA driver")
 	require.Equal(t, int64(0), inert.Stats()["gpus"])
 	_, r := hostBuf(t, e, 4096)
 	require.False(t, inert.Eligible(&core.Request{LocalRegion: r, RemoteRegion: wireRegion("cuda:0", 1)}))
@@ -745,14 +740,14 @@ func TestSecretRequired(t *testing.T) {
 	f, _ := useFake(t)
 	peer := peertest.Start(t, peertest.Config{Transports: []string{"cuda"}, Secret: "s3cret",
 		Buffers: []peertest.Buffer{gpuBuf(gran)}, Env: f.Env()})
-	e, err := core.New(core.Options{Transports: []string{"cuda"}, Secret: []byte("s3cret")})
+	e, err := core.New(core.Options{Transports: []string{"cuda"}, Secret: []byte("s3cret"), Memory: gpuMemory()})
 	require.NoError(t, err)
 	defer e.Close()
 	tr := cudaOf(e)
 	seg := open(t, e, peer.Name)
 	desc := seg.Peer().Desc()
 
-	other, err := core.New(core.Options{Transports: []string{"cuda"}, Secret: []byte("wrong")})
+	other, err := core.New(core.Options{Transports: []string{"cuda"}, Secret: []byte("wrong"), Memory: gpuMemory()})
 	require.NoError(t, err)
 	defer other.Close()
 	_, err = cudaOf(other).dial(other, desc, false, time.Now().Add(5*time.Second))

@@ -4,32 +4,23 @@
 // handles passed over a Unix socket) and of one multi-node NVLink fabric
 // (FABRIC handles carried in the segment descriptor).
 //
-// # Without a driver
+// # The driver: the engine's GPU memory
 //
-// Install asks cuda.Default() for the driver. When there is none (no
-// libcuda, no GPU, a driver too old) the transport still installs, inert:
-// it is never Eligible, publishes no endpoint, and Stats reports
-// "gpus": 0. The engine works as before for host memory. Engine.Alloc(…,
-// "cuda:N") fails with status.Unsupported, "cannot allocate cuda:N memory:
-// no CUDA driver (libcuda.so.1 not found): GPU features disabled".
+// GPU memory is not this package's: it is a kind of the engine's memory
+// layer (package memory/cuda, in core.Options.Memory; the C library adds
+// it when the process has a CUDA driver), which detects GPU memory,
+// allocates it (Engine.Alloc(size, "cuda:N")) and stages it for tcp
+// whether or not this transport is installed. Install takes the driver of
+// its engine's GPU memory. An engine without GPU memory gets an inert
+// transport: it is never Eligible, publishes no endpoint, Stats reports
+// "gpus": 0, and the engine leaves it out, with Stats().Unavailable
+// saying "no CUDA driver: the engine was created without GPU memory".
 //
-// # GPU memory in the engine
-//
-// The package installs two process-wide hooks of core from init (so that
-// no goroutine can read them while they change): the "cuda" allocator and
-// core.LocationDetector. The detector stays inert (host memory) until an
-// Install has found a driver; then a registration without a location asks
-// cuPointerGetAttributes: device memory is "cuda:N", host memory (pinned
-// or not) and managed memory are "cpu". RegisterMemory also checks
-// locations given explicitly against the driver, because GPU memory
-// declared as host memory would make the host-memory transports crash.
-//
-// Engine.Alloc(size, "cuda:N") is cuMemCreate requesting POSIX fd handles
-// (plus FABRIC when the driver and the device support it; if the node is
-// not in a fabric that allocation fails and fds alone are used), rounded up
-// to the granularity, reserved, mapped, access set for device N
-// (cuda.CreateMapping). Freeing releases it in the order unmap, release
-// handle, free reservation. Only such engine allocations can be shared
+// RegisterMemory checks locations given explicitly against the driver,
+// because GPU memory declared as host memory would make the host-memory
+// transports crash, and records the engine's GPU allocations (their
+// memory/cuda.Allocation: the cuMemCreate mapping and whether it has a
+// FABRIC handle) as exportable. Only such engine allocations can be shared
 // with other processes: their regions carry an AllocID in the descriptor.
 //
 // # Moving data

@@ -15,6 +15,8 @@ import (
 	"github.com/tent-dev/tent/cuda/fakecuda"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	tmem "github.com/tent-dev/tent/memory"
+	cumem "github.com/tent-dev/tent/memory/cuda"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -28,21 +30,33 @@ func wireRegion(loc string, alloc uint64) wire.RegionDesc {
 	return wire.RegionDesc{Addr: 1 << 20, Len: 4096, Perm: wire.PermRead | wire.PermWrite, Location: loc, AllocID: alloc}
 }
 
-// useFake makes a fresh fake driver the one the transport, the allocator
-// and the detector use for this test.
+// testDriver is the fake driver of the running test (useFake), whose GPU
+// memory the engines of newEngine and gpuMemory get; nil: engines without
+// GPU memory.
+var testDriver *cu.Driver
+
+// useFake makes a fresh fake driver the one the engines of this test get
+// their GPU memory, and so their cuda transport, from.
 func useFake(t *testing.T, opts ...fakecuda.Option) (*fakecuda.Fake, *cu.Driver) {
 	t.Helper()
 	f := fakecuda.New(t, append([]fakecuda.Option{fakecuda.Granularity(gran)}, opts...)...)
 	d, err := cu.Load(f.Path)
 	require.NoError(t, err)
-	old := driverFn
-	driverFn = func() (*cu.Driver, error) { return d, nil }
+	testDriver = d
 	t.Cleanup(func() {
-		driverFn = old
-		detectDrv.Store(nil)
+		testDriver = nil
 		testHook = nil
 	})
 	return f, d
+}
+
+// gpuMemory is Options.Memory for an engine of this test: the fake
+// driver's GPU memory after useFake, else none.
+func gpuMemory() []tmem.Kind {
+	if testDriver == nil {
+		return nil
+	}
+	return []tmem.Kind{cumem.New(testDriver)}
 }
 
 // live is the fake's live-object counters (running totals zeroed), to
@@ -55,7 +69,7 @@ func live(f *fakecuda.Fake) fakecuda.Counters {
 
 func newEngine(t *testing.T, transports ...string) (*core.Engine, *Transport) {
 	t.Helper()
-	e, err := core.New(core.Options{Transports: transports, DefaultTimeout: 10 * time.Second})
+	e, err := core.New(core.Options{Transports: transports, DefaultTimeout: 10 * time.Second, Memory: gpuMemory()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close() })
 	return e, cudaOf(e)

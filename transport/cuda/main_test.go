@@ -18,6 +18,8 @@ import (
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/internal/peertest/gpuaccess"
+	tmem "github.com/tent-dev/tent/memory"
+	cumem "github.com/tent-dev/tent/memory/cuda"
 	"github.com/tent-dev/tent/status"
 	_ "github.com/tent-dev/tent/transport/local"
 	_ "github.com/tent-dev/tent/transport/tcp"
@@ -37,6 +39,14 @@ func processFake() (*fakecuda.Fake, error) {
 
 func TestMain(m *testing.M) {
 	peertest.Accessors["cuda"] = gpuaccess.Accessor{}
+	// Peers have GPU memory when their process has a (fake) driver, as
+	// the C library's engines do.
+	peertest.Memory = func() []tmem.Kind {
+		if gpu, err := cumem.Open(); err == nil {
+			return []tmem.Kind{gpu}
+		}
+		return nil
+	}
 	peertest.Commands["handshake"] = handshakeCmd
 	peertest.Commands["fds"] = func(_ *core.Engine, args []string) (string, error) {
 		n, err := countFDs()
@@ -129,6 +139,9 @@ func childMain(mode string) error {
 // childNoDriver runs with TENT_CUDA_DRIVER naming no library: the engine
 // must create without the cuda transport, saying why.
 func childNoDriver() error {
+	if _, err := cumem.Open(); err == nil || !strings.Contains(err.Error(), "no CUDA driver") {
+		return fmt.Errorf("GPU memory without a driver: %v", err)
+	}
 	e, err := core.New(core.Options{Transports: []string{"cuda", "local"}})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)

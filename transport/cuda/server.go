@@ -290,7 +290,7 @@ func (t *Transport) exportFD(alloc uint64, unixSession bool) (fd int, base, size
 			"cuda: allocation %d [%#x, %#x) is not registered for remote read and write; its handle would grant both",
 			alloc, r.Addr, r.End())
 	}
-	fd, err = ex.rec.m.ExportFD()
+	fd, err = ex.rec.Mapping.ExportFD()
 	if err != nil {
 		t.exportFailures.Add(1)
 		return -1, 0, 0, status.Errorf(status.CodeOf(err), "cuda: exporting allocation %d: %w", alloc, err)

@@ -81,7 +81,7 @@ func (t *Transport) Name() string { return Name }
 // engine's listener, and turns on location detection. Installing again
 // after Uninstall starts afresh.
 func (t *Transport) Install(e *core.Engine) error {
-	d, derr := driverFn()
+	d, derr := driverOf(e)
 	t.mu.Lock()
 	if t.installed && !t.closed {
 		t.mu.Unlock()
@@ -128,7 +128,6 @@ func (t *Transport) Install(e *core.Engine) error {
 	}
 	t.mu.Unlock()
 	t.unhandle = e.HandleConn(KindCUDA, func(c net.Conn, _ string) { t.serveTCP(c) })
-	detectDrv.Store(d)
 	return nil
 }
 
@@ -307,10 +306,10 @@ func (t *Transport) RegisterMemory(regions []*core.Region) error {
 			continue
 		}
 		ex := &export{region: r, rec: rec}
-		if rec.fabric && r.HandleShareable() {
+		if rec.Fabric && r.HandleShareable() {
 			// The descriptor is a bearer capability: whoever reads it
 			// can import the allocation read-write.
-			if fh, err := rec.m.ExportFabric(); err == nil {
+			if fh, err := rec.Mapping.ExportFabric(); err == nil {
 				ex.attach = encodeFabric(r.Len, fh)
 			}
 		}

@@ -100,8 +100,10 @@
 // # GPU memory
 //
 // GPU memory cannot be handed to a socket, so it goes through host memory
-// (mmap'd buffers, not the Go heap), which needs a CUDA driver on that
-// side (core.DeviceStager). This serves what the cuda transport cannot:
+// (mmap'd buffers, not the Go heap), copied by the memory kind of that
+// side's engine (memory.Kind CopyOut and CopyIn, the CUDA driver's copies
+// for memory/cuda), so an engine needs GPU memory in its memory layer, not
+// the cuda transport. This serves what the cuda transport cannot:
 // cudaMalloc memory of another process, and GPU memory with host memory
 // of another process or host. On the initiator, requests on local GPU
 // memory go to a staging goroutine per Submit call, which moves each

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
+	tmem "github.com/tent-dev/tent/memory"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -148,8 +149,9 @@ func (s *server) write(h reqHeader) error {
 		defer s.nc.SetReadDeadline(time.Time{})
 	}
 	var stage []byte
+	var kind tmem.Kind
 	if aerr == nil && region.Loc.IsCUDA() {
-		if stage, aerr = s.stageBuf(n); aerr != nil {
+		if stage, kind, aerr = s.stageBuf(region.Loc, n); aerr != nil {
 			s.e.Release(region)
 		}
 	}
@@ -174,7 +176,7 @@ func (s *server) write(h reqHeader) error {
 		s.e.Release(region)
 		return err
 	}
-	err := core.DeviceStager.ToDevice(h.addr, stage)
+	err := kind.CopyIn(h.addr, stage)
 	s.e.Release(region)
 	if err != nil {
 		s.t.rejected.Add(1)
@@ -202,9 +204,9 @@ func (s *server) read(h reqHeader) error {
 		s.reply(h, nil, memory.Bytes(h.addr, uint64(h.n)), 0)
 		return nil
 	}
-	stage, err := s.stageBuf(int(h.n))
+	stage, kind, err := s.stageBuf(region.Loc, int(h.n))
 	if err == nil {
-		err = core.DeviceStager.ToHost(stage, h.addr)
+		err = kind.CopyOut(stage, h.addr)
 	}
 	s.e.Release(region)
 	if err != nil {
@@ -218,21 +220,23 @@ func (s *server) read(h reqHeader) error {
 }
 
 // stageBuf returns the connection's staging buffer, at least n bytes,
-// for a request on GPU memory.
-func (s *server) stageBuf(n int) ([]byte, error) {
-	if !core.CanStage() {
-		return nil, status.Errorf(status.Unsupported, "tcp: the target has no CUDA driver to stage GPU memory with")
+// and the engine's memory kind to copy with, for a request on GPU memory
+// at loc.
+func (s *server) stageBuf(loc core.Location, n int) ([]byte, tmem.Kind, error) {
+	kind := s.e.Memory().Kind(loc.Kind)
+	if kind == nil {
+		return nil, nil, status.Errorf(status.Unsupported, "tcp: the target has no CUDA driver to stage GPU memory with")
 	}
 	if len(s.stage) < n {
 		s.freeStage()
 		b, err := unix.Mmap(-1, 0, max(n, chunkSize), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
-			return nil, status.Errorf(status.NoMemory, "tcp: staging buffer of %d bytes: %v", n, err)
+			return nil, nil, status.Errorf(status.NoMemory, "tcp: staging buffer of %d bytes: %v", n, err)
 		}
 		s.stage = b
 		s.t.stageBufs.Add(1)
 	}
-	return s.stage[:n], nil
+	return s.stage[:n], kind, nil
 }
 
 func (s *server) freeStage() {

@@ -64,6 +64,11 @@ func (t *Transport) runStaged(states []reqState, key func(i int) (peerKey, strin
 // stageOne moves request s through buf, piece by piece.
 func (t *Transport) stageOne(s *reqState, buf []byte, k peerKey, name string) error {
 	host := uint64(uintptr(unsafe.Pointer(&buf[0])))
+	local := s.r.LocalRegion
+	kind := local.Engine().Memory().Kind(local.Loc.Kind)
+	if kind == nil {
+		return status.Errorf(status.Unsupported, "tcp: this engine has no %s memory to stage %s with", local.Loc.Kind, local.Loc)
+	}
 	for off := uint64(0); off < s.n; {
 		if s.isDead() {
 			return errGone
@@ -74,7 +79,7 @@ func (t *Transport) stageOne(s *reqState, buf []byte, k peerKey, name string) er
 		n := min(uint64(len(buf)), s.n-off)
 		piece := buf[:n]
 		if s.op == opWrite {
-			if err := s.onDevice(func() error { return core.DeviceStager.ToHost(piece, s.local+off) }); err != nil {
+			if err := s.onDevice(func() error { return kind.CopyOut(piece, s.local+off) }); err != nil {
 				return err
 			}
 			if s.isDead() { // canceled during the copy: do not send it
@@ -89,7 +94,7 @@ func (t *Transport) stageOne(s *reqState, buf []byte, k peerKey, name string) er
 			return err
 		}
 		if s.op == opRead {
-			if err := s.onDevice(func() error { return core.DeviceStager.ToDevice(s.local+off, piece) }); err != nil {
+			if err := s.onDevice(func() error { return kind.CopyIn(s.local+off, piece) }); err != nil {
 				return err
 			}
 		}

@@ -12,22 +12,37 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	tmem "github.com/tent-dev/tent/memory"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
 
-// gateStager stands in for the CUDA driver: "GPU memory" is host memory
-// registered with location cuda:0, and every copy first waits at the gate
-// (when one is set), so tests can cancel or uninstall while a copy runs.
-type gateStager struct {
+// gateGPU is GPU memory ("cuda") of an engine without a CUDA driver:
+// "GPU memory" is host memory registered with location cuda:0, and every
+// copy first waits at the gate (when one is set), so tests can cancel or
+// uninstall while a copy runs.
+type gateGPU struct {
 	calls   atomic.Int32
 	entered chan struct{} // one send per copy that reaches the gate
 	gate    chan struct{} // closed to let copies through; nil: no gate
 }
 
-func (g *gateStager) Ready() bool { return true }
+func (g *gateGPU) Name() string { return "cuda" }
 
-func (g *gateStager) wait() {
+func (g *gateGPU) CheckDevice(dev int) error {
+	if dev > 0 {
+		return status.Errorf(status.InvalidArgument, "one GPU only")
+	}
+	return nil
+}
+
+func (g *gateGPU) Detect(uint64) (int, bool, error) { return -1, false, nil }
+
+func (g *gateGPU) Alloc(uint64, int) (*tmem.Allocation, error) {
+	return nil, status.Errorf(status.Unsupported, "gateGPU does not allocate")
+}
+
+func (g *gateGPU) wait() {
 	g.calls.Add(1)
 	if g.gate != nil {
 		g.entered <- struct{}{}
@@ -35,23 +50,28 @@ func (g *gateStager) wait() {
 	}
 }
 
-func (g *gateStager) ToHost(dst []byte, src uint64) error {
+func (g *gateGPU) CopyOut(dst []byte, src uint64) error {
 	g.wait()
 	copy(dst, memory.Bytes(src, uint64(len(dst))))
 	return nil
 }
 
-func (g *gateStager) ToDevice(dst uint64, src []byte) error {
+func (g *gateGPU) CopyIn(dst uint64, src []byte) error {
 	g.wait()
 	copy(memory.Bytes(dst, uint64(len(src))), src)
 	return nil
 }
 
-func useStager(t *testing.T, g *gateStager) {
-	old, oldCount := core.DeviceStager, core.GPUCount
-	core.DeviceStager = g
-	core.GPUCount = func() int { return 1 } // cuda:0 exists, as with the CUDA support
-	t.Cleanup(func() { core.DeviceStager, core.GPUCount = old, oldCount })
+// copylessGPU is GPU memory that cannot be copied from or to: the peers'
+// (see TestMain), to see a target's staging failure reach the initiator.
+type copylessGPU struct{ gateGPU }
+
+func (*copylessGPU) CopyOut([]byte, uint64) error {
+	return status.Errorf(status.Unsupported, "no copy engine for this GPU memory (test)")
+}
+
+func (*copylessGPU) CopyIn(uint64, []byte) error {
+	return status.Errorf(status.Unsupported, "no copy engine for this GPU memory (test)")
 }
 
 // gpuLike registers n bytes of mmap'd host memory as cuda:0, which is how
@@ -82,9 +102,8 @@ func requireStagingReleased(t *testing.T, tr *tcp.Transport) {
 func TestStaging(t *testing.T) {
 	const size = 9<<20 + 7 // three pieces of at most 4 MiB
 	peer := startPeer(t, 4*size)
-	g := &gateStager{}
-	useStager(t, g)
-	e, tr := newEngine(t, core.Options{})
+	g := &gateGPU{}
+	e, tr := newEngine(t, core.Options{Memory: []tmem.Kind{g}})
 	gpu := gpuLike(t, e, 4*size)
 	seg := openSegment(t, e, peer.Name)
 	remote := peer.Buffers[0].Addr
@@ -111,7 +130,7 @@ func TestStaging(t *testing.T) {
 	})
 
 	t.Run("target cannot stage", func(t *testing.T) {
-		// The peer has GPU memory but no CUDA support to stage it with.
+		// The peer has GPU memory it cannot copy to host memory.
 		addr, err := peer.Cmd("gpulike %d", 1<<20)
 		require.NoError(t, err)
 		remoteGPU, err := strconv.ParseUint(addr, 10, 64)
@@ -120,7 +139,7 @@ func TestStaging(t *testing.T) {
 			Remote: remoteGPU, Len: 1 << 20}}, 10*time.Second)
 		require.Equal(t, status.Unsupported, code)
 		require.Equal(t, core.TransportTCP, st[0].Transport)
-		require.ErrorContains(t, err, "no CUDA driver to stage")
+		require.ErrorContains(t, err, "no copy engine for this GPU memory (test)")
 		requireStagingReleased(t, tr)
 	})
 

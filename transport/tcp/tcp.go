@@ -164,11 +164,11 @@ func (t *Transport) Endpoints() []wire.Endpoint {
 }
 
 // Eligible: the peer publishes a tcp endpoint. GPU memory goes through
-// host memory: this side stages its own (which needs a CUDA driver here),
-// the target stages its own.
+// host memory: this side stages its own (with the engine's memory kind for
+// it), the target stages its own.
 func (t *Transport) Eligible(r *core.Request) bool {
 	return r.Desc != nil && tcpAddr(r.Desc) != "" && r.LocalRegion != nil &&
-		(!r.LocalRegion.Loc.IsCUDA() || core.CanStage())
+		(!r.LocalRegion.Loc.IsCUDA() || r.LocalRegion.Engine().Memory().Has(r.LocalRegion.Loc.Kind))
 }
 
 func tcpAddr(d *wire.SegmentDesc) string {

@@ -16,17 +16,18 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	tmem "github.com/tent-dev/tent/memory"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
 )
 
 func TestMain(m *testing.M) {
+	// Peers have GPU memory that cannot be copied (copylessGPU).
+	peertest.Memory = func() []tmem.Kind { return []tmem.Kind{&copylessGPU{}} }
 	// gpulike SIZE: SIZE bytes of host memory registered as cuda:0 in a
-	// peer that sees a GPU but has no CUDA support to stage it with;
-	// answers the address.
+	// peer whose GPU memory cannot be staged; answers the address.
 	peertest.Commands["gpulike"] = func(e *core.Engine, args []string) (string, error) {
-		core.GPUCount = func() int { return 1 } // only in the peer's process
 		size, err := strconv.Atoi(args[0])
 		if err != nil {
 			return "", err

@@ -30,6 +30,8 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	cu "github.com/tent-dev/tent/cuda"
+	tmem "github.com/tent-dev/tent/memory"
+	cumem "github.com/tent-dev/tent/memory/cuda"
 	cudatransport "github.com/tent-dev/tent/transport/cuda"
 )
 
@@ -191,7 +193,7 @@ func child() error {
 	if err != nil {
 		return err
 	}
-	e, err := core.New(core.Options{Transports: []string{cudatransport.Name}})
+	e, err := core.New(core.Options{Transports: []string{cudatransport.Name}, Memory: gpuMemory()})
 	if err != nil {
 		return err
 	}
@@ -326,7 +328,7 @@ func run(res *Result, peerOut **peerProc) int {
 		res.fail("%v", err)
 		return 2
 	}
-	if warm, err := core.New(core.Options{Transports: []string{cudatransport.Name}}); err == nil {
+	if warm, err := core.New(core.Options{Transports: []string{cudatransport.Name}, Memory: gpuMemory()}); err == nil {
 		_ = warm.Close()
 	}
 	res.FDsBefore = countFDs()
@@ -345,7 +347,7 @@ func run(res *Result, peerOut **peerProc) int {
 	*peerOut = peer
 	defer peer.kill()
 
-	e, err := core.New(core.Options{Transports: []string{cudatransport.Name}, DefaultTimeout: time.Minute})
+	e, err := core.New(core.Options{Transports: []string{cudatransport.Name}, DefaultTimeout: time.Minute, Memory: gpuMemory()})
 	if err != nil {
 		res.fail("engine: %v", err)
 		return 1
@@ -499,4 +501,13 @@ func exercise(res *Result, d *cu.Driver, e *core.Engine, peer *peerProc, h hello
 		}
 	}
 	return 0
+}
+
+// gpuMemory is the GPU memory of the process's driver for an engine's
+// Options.Memory, as the C library gives its engines; none without one.
+func gpuMemory() []tmem.Kind {
+	if gpu, err := cumem.Open(); err == nil {
+		return []tmem.Kind{gpu}
+	}
+	return nil
 }
