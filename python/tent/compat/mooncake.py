@@ -1,0 +1,664 @@
+"""Mooncake's ``TransferEngine`` Python API on tent.
+
+Same call names, arguments and return conventions as
+``mooncake.engine.TransferEngine`` (every call returns an int: 0 on
+success, a negative number on failure; batch ids are positive ints, 0 on
+failure), so a client written against Mooncake runs unchanged::
+
+    from tent.compat.mooncake import TransferEngine   # or, with the tent-compat
+                                                      # wheel: from mooncake.engine import ...
+    engine = TransferEngine()
+    engine.initialize("10.0.0.1", "P2PHANDSHAKE", "rdma", "")
+    session = f"10.0.0.1:{engine.get_rpc_port()}"
+    engine.register_memory(addr, length)
+    engine.transfer_sync_write(peer_session, addr, peer_addr, length)
+
+Underneath is one ``tent.Engine``: tent's registration index checks every
+remote address against what the peer registered, tent's deadline bounds
+every call (``TENT_COMPAT_TIMEOUT`` / ``MC_TRANSFER_TIMEOUT``), and a
+failure's tent message is logged (logger ``tent.compat.mooncake``) and kept
+in ``last_error``. Metadata: ``P2PHANDSHAKE`` (tent's peer-to-peer
+metadata; the segment name is ``host:port``), ``etcd://host:port`` or a
+bare ``host:port`` (tent's etcd directory; the segment name is
+``local_hostname``), ``http://host:port/metadata`` (Mooncake's HTTP
+metadata protocol, see ``tent.compat.http_metadata``).
+
+See docs/COMPAT.md for each call's status next to Mooncake's.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import enum
+import itertools
+import json
+import logging
+import threading
+from typing import Any, Deque, Dict, List, Optional, Tuple
+
+import tent
+
+from . import _common
+from .http_metadata import HTTPMetadataClient
+
+logger = logging.getLogger("tent.compat.mooncake")
+
+P2PHANDSHAKE = "P2PHANDSHAKE"
+
+# Mooncake's transfer_check_status answers
+_CHECK_DONE, _CHECK_PENDING, _CHECK_FAILED, _CHECK_TIMEOUT = 1, 0, -1, -2
+_FAIL = -1
+
+# How long get_first_buffer_address waits for a peer's answer.
+_QUERY_TIMEOUT_S = 5.0
+# How often the notification pump returns to check for close().
+_PUMP_SLICE_S = 0.2
+
+
+class TransferOpcode(enum.IntEnum):
+    """Mooncake's opcodes (``TransferEngine.TransferOpcode.Read``/``Write``)."""
+
+    Read = 0
+    Write = 1
+
+
+Read = TransferOpcode.Read
+Write = TransferOpcode.Write
+
+
+class TransferNotify:
+    """A notification: the name the sender gave it and its message (str)."""
+
+    __slots__ = ("name", "msg")
+
+    def __init__(self, name: str = "", msg: str = "") -> None:
+        self.name = name
+        self.msg = msg
+
+    def __repr__(self) -> str:
+        return f"TransferNotify(name={self.name!r}, msg={self.msg!r})"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, TransferNotify) and (self.name, self.msg) == (other.name, other.msg)
+
+
+def _parse_metadata(metadata_server: str, metadata_type: Optional[str]) -> Tuple[str, str]:
+    """(kind: "p2p" | "etcd" | "http", the address) the way Mooncake reads
+    its metadata connection string."""
+    conn = (metadata_server or "").strip()
+    if conn == P2PHANDSHAKE or (not conn and metadata_type in (None, "", "p2p")):
+        return "p2p", ""
+    if "://" in conn:
+        scheme, rest = conn.split("://", 1)
+    else:
+        scheme, rest = (metadata_type or "etcd"), conn
+    scheme = scheme.lower()
+    if scheme == "etcd":
+        return "etcd", "etcd://" + rest
+    if scheme in ("http", "https"):
+        return "http", f"{scheme}://{rest}"
+    raise ValueError(f"metadata {metadata_server!r}: tent serves P2PHANDSHAKE, etcd:// and http:// "
+                     f"(not {scheme!r})")
+
+
+class TransferEngine:
+    """Mooncake's TransferEngine, served by tent (see the module doc)."""
+
+    TransferOpcode = TransferOpcode
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._engine: Optional[tent.Engine] = None
+        self._segment_name = ""
+        self._rpc_port = 0
+        self._http: Optional[HTTPMetadataClient] = None
+        self._segments: Dict[str, tent.Segment] = {}
+        self._regions: Dict[int, tent.Region] = {}          # addr -> registered memory
+        self._managed: Dict[int, tent.AllocatedRegion] = {}  # addr -> allocate_managed_buffer
+        self._order: List[int] = []                          # addresses in registration order
+        self._batches: Dict[int, tent.Batch] = {}
+        self._ids = itertools.count(1)
+        self._notifies: Deque[TransferNotify] = collections.deque()
+        self._answers: Dict[str, Any] = {}
+        self._answered = threading.Condition(self._lock)
+        self._pump: Optional[threading.Thread] = None
+        self._stop = threading.Event()
+        self.last_error = ""  # tent's message for the last failed call (tent addition)
+
+    # ---- failures ----
+
+    def _fail(self, what: str, exc: BaseException, code: int = _FAIL) -> int:
+        self.last_error = f"{what}: {exc}"
+        logger.error("%s", self.last_error)
+        return code
+
+    def _need(self) -> tent.Engine:
+        e = self._engine
+        if e is None:
+            raise tent.InvalidHandle("the transfer engine is not initialized (call initialize first)")
+        return e
+
+    # ---- setup ----
+
+    def initialize(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str) -> int:
+        """Starts the engine. ``local_hostname`` is "host" or "host:port"
+        (the port to listen on; none = any), ``metadata_server``
+        ``P2PHANDSHAKE`` / ``etcd://h:p`` / ``h:p`` (etcd) / ``http://h:p/metadata``,
+        ``protocol`` "tcp" (tcp only) or anything else ("rdma", ...: the best
+        transport tent has, logged once), ``device_name`` ignored (tent picks
+        devices itself). Returns 0, or -1."""
+        return self.initialize_ext(local_hostname, metadata_server, protocol, device_name, None)
+
+    def initialize_ext(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str,
+                       metadata_type: Optional[str]) -> int:
+        """``initialize`` with the metadata type ("etcd", "http", "p2p") for
+        a connection string without a scheme."""
+        try:
+            with self._lock:
+                if self._engine is not None:
+                    raise tent.InvalidArgument("the transfer engine is already initialized")
+                self._start(local_hostname, metadata_server, protocol, metadata_type)
+        except Exception as exc:  # noqa: BLE001 - Mooncake's contract is a code
+            return self._fail("initialize", exc)
+        self._pump = threading.Thread(target=self._pump_notifications, name="tent-compat-mooncake-notify",
+                                      daemon=True)
+        self._pump.start()
+        return 0
+
+    def _start(self, local_hostname: str, metadata_server: str, protocol: str, metadata_type: Optional[str]) -> None:
+        kind, addr = _parse_metadata(metadata_server, metadata_type)
+        host, port = _common.split_host_port(local_hostname or "127.0.0.1")
+        host = host or "127.0.0.1"
+        transports, note = _common.transports_for(protocol)
+        if note:
+            logger.warning("protocol %s", note)
+        common: Dict[str, Any] = dict(transports=transports, secret=_common.secret(), timeout=_common.timeout())
+        if kind == "etcd":
+            port = port or _common.free_port(host)
+            engine = tent.Engine(name=local_hostname, listen_addr=f"{host}:{port}", metadata=addr, **common)
+            self._segment_name = engine.name
+        else:
+            engine = tent.Engine(listen_addr=f"{host}:{port}", **common)
+            port = int(_common.split_host_port(engine.name)[1])
+            self._segment_name = engine.name
+            if kind == "http":
+                try:
+                    client = HTTPMetadataClient(addr)
+                    name = local_hostname if ":" in local_hostname else f"{host}:{port}"
+                    client.publish_segment(name, engine.name)
+                except BaseException:
+                    engine.close()
+                    raise
+                self._http, self._segment_name = client, name
+        self._engine, self._rpc_port = engine, port
+        logger.info("tent engine %s (metadata %s, transports %s)", self._segment_name, kind,
+                    ",".join(engine.transports))
+
+    def get_rpc_port(self) -> int:
+        """The port peers reach this engine on (P2PHANDSHAKE: the segment
+        name is ``host:<this port>``)."""
+        return self._rpc_port
+
+    def get_engine(self) -> Optional[tent.Engine]:
+        """The tent.Engine underneath (Mooncake: its C++ engine object)."""
+        return self._engine
+
+    def get_engine_ptr(self) -> int:
+        """The tent_engine handle (Mooncake: its C++ engine's address)."""
+        e = self._engine
+        return 0 if e is None or e.closed else e.handle
+
+    # ---- memory ----
+
+    def register_memory(self, buffer_addr: int, capacity: int, location: str = "*") -> int:
+        """Registers [buffer_addr, +capacity). ``location`` "*" = detect,
+        or "cpu:N" / "cuda:N". Returns 0, or -1 (already registered,
+        overlapping, bad range)."""
+        try:
+            e = self._need()
+            region = e.register((int(buffer_addr), int(capacity)), location=_location(location))
+            with self._lock:
+                self._regions[region.addr] = region
+                self._order.append(region.addr)
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("register_memory", exc)
+
+    def unregister_memory(self, buffer_addr: int) -> int:
+        """Unregisters the memory registered at buffer_addr (waiting for
+        transfers still using it, up to tent's unregister timeout)."""
+        try:
+            with self._lock:
+                region = self._regions.pop(int(buffer_addr), None)
+            if region is None:
+                raise tent.NotRegistered(f"no memory registered at {int(buffer_addr):#x}")
+            try:
+                region.close()
+            except BaseException:
+                with self._lock:
+                    self._regions[region.addr] = region
+                raise
+            with self._lock:
+                self._order.remove(region.addr)
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("unregister_memory", exc)
+
+    def batch_register_memory(self, buffer_addresses: List[int], capacities: List[int],
+                              location: str = "*") -> int:
+        """Registers many buffers, all or none."""
+        try:
+            e = self._need()
+            addrs, caps = _common.flat(buffer_addresses), _common.flat(capacities)
+            if len(addrs) != len(caps):
+                raise tent.InvalidArgument(f"{len(addrs)} addresses but {len(caps)} capacities")
+            regions = e.register_batch([(a, c) for a, c in zip(addrs, caps)], location=_location(location))
+            with self._lock:
+                for r in regions:
+                    self._regions[r.addr] = r
+                    self._order.append(r.addr)
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("batch_register_memory", exc)
+
+    def batch_unregister_memory(self, buffer_addresses: List[int]) -> int:
+        """Unregisters many buffers, all or none."""
+        try:
+            e = self._need()
+            addrs = _common.flat(buffer_addresses)
+            with self._lock:
+                missing = [a for a in addrs if a not in self._regions]
+                if missing:
+                    raise tent.NotRegistered(f"no memory registered at {missing[0]:#x}")
+                regions = [self._regions[a] for a in addrs]
+            e.unregister_batch(regions)
+            with self._lock:
+                for a in addrs:
+                    self._regions.pop(a, None)
+                    self._order.remove(a)
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("batch_unregister_memory", exc)
+
+    def allocate_managed_buffer(self, length: int) -> int:
+        """Allocates and registers length bytes (tent_alloc: shared memory
+        same-host peers map directly). Returns its address, 0 on failure."""
+        try:
+            region = self._need().alloc(int(length))
+            with self._lock:
+                self._managed[region.addr] = region
+                self._order.append(region.addr)
+            return region.addr
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("allocate_managed_buffer", exc, 0)
+
+    def free_managed_buffer(self, buffer_addr: int, length: int) -> int:
+        """Frees a buffer from allocate_managed_buffer."""
+        try:
+            with self._lock:
+                region = self._managed.pop(int(buffer_addr), None)
+            if region is None:
+                raise tent.NotRegistered(f"{int(buffer_addr):#x} is not a managed buffer of this engine")
+            region.close()
+            with self._lock:
+                self._order.remove(region.addr)
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("free_managed_buffer", exc)
+
+    def write_bytes_to_buffer(self, dest_address: int, src: bytes, length: int) -> int:
+        """Copies length bytes of src to dest_address (local memory)."""
+        n = int(length)
+        if n < 0 or n > len(src):
+            return self._fail("write_bytes_to_buffer", ValueError(f"length {n} exceeds the {len(src)} bytes given"))
+        ctypes.memmove(int(dest_address), bytes(src[:n]), n)
+        return 0
+
+    def read_bytes_from_buffer(self, source_address: int, length: int) -> bytes:
+        """length bytes at source_address (local memory)."""
+        return ctypes.string_at(int(source_address), int(length))
+
+    def get_first_buffer_address(self, segment_name: str) -> int:
+        """The address of the first buffer registered in segment_name (this
+        engine's own, or a peer's: asked of the peer through tent's
+        notifications). 0 when it has none or cannot be asked."""
+        try:
+            if segment_name in (self._segment_name, self._engine.name if self._engine else None):
+                with self._lock:
+                    return self._order[0] if self._order else 0
+            return self._ask_first_buffer(segment_name)
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("get_first_buffer_address", exc, 0)
+
+    # ---- peers ----
+
+    def _segment(self, target: str) -> tent.Segment:
+        seg = self._segments.get(target)
+        if seg is not None and not seg.closed:
+            return seg
+        e = self._need()
+        name = target
+        if self._http is not None:
+            resolved = self._http.resolve_segment(target)
+            if resolved is None:
+                raise tent.NotFound(f"segment {target!r} is not published at {self._http.url}")
+            name = resolved
+        seg = e.open_segment(name)
+        with self._lock:
+            old = self._segments.get(target)
+            if old is not None and not old.closed:
+                seg.close()
+                return old
+            self._segments[target] = seg
+        return seg
+
+    def send_probe(self, peer_server_name: str) -> int:
+        """0 if the peer answers tent's handshake now, -1 if not."""
+        try:
+            e = self._need()
+            name = peer_server_name
+            if self._http is not None:
+                name = self._http.resolve_segment(peer_server_name) or peer_server_name
+            e.open_segment(name).close()
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("send_probe", exc)
+
+    def warmup_efa_segment(self, segment_name: str) -> int:
+        """Opens the peer's segment ahead of the first transfer."""
+        try:
+            self._segment(segment_name)
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("warmup_efa_segment", exc)
+
+    # ---- transfers ----
+
+    def _sync_one(self, op: str, target: str, buffer: int, peer: int, length: int, hint: str,
+                  notify: Optional[TransferNotify] = None) -> int:
+        try:
+            e = self._need()
+            seg = self._segment(target)
+            transport = _hint(hint)
+            if notify is None:
+                if op == "write":
+                    e.write((int(buffer), int(length)), seg, int(peer), transport=transport)
+                else:
+                    e.read((int(buffer), int(length)), seg, int(peer), transport=transport)
+                return 0
+            reqs = _common.requests(op, seg, [buffer], [peer], [length])
+            with e.transfer(reqs, notify=self._wrap(notify), transport=transport) as batch:
+                batch.wait()
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            return self._fail(f"transfer_sync_{op}({target})", exc)
+
+    def _sync_many(self, op: str, target: str, buffers: Any, peers: Any, lengths: Any, hint: str,
+                   notify: Optional[TransferNotify] = None) -> int:
+        try:
+            e = self._need()
+            seg = self._segment(target)
+            reqs = _common.requests(op, seg, buffers, peers, lengths)
+            if len(reqs) == 0:
+                return 0
+            wrapped = self._wrap(notify) if notify is not None else None
+            with e.transfer(reqs, notify=wrapped, transport=_hint(hint)) as batch:
+                batch.wait()
+            return 0
+        except Exception as exc:  # noqa: BLE001
+            return self._fail(f"batch_transfer_sync_{op}({target})", exc)
+
+    def _submit(self, op: str, target: str, buffers: Any, peers: Any, lengths: Any, hint: str) -> int:
+        try:
+            e = self._need()
+            seg = self._segment(target)
+            batch = e.transfer(_common.requests(op, seg, buffers, peers, lengths), transport=_hint(hint))
+            with self._lock:
+                bid = next(self._ids)
+                self._batches[bid] = batch
+            return bid
+        except Exception as exc:  # noqa: BLE001
+            return self._fail(f"batch_transfer_async_{op}({target})", exc, 0)
+
+    def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                            transport_hint: str = "") -> int:
+        """Writes length bytes at buffer (registered here) to
+        peer_buffer_address (registered by the peer) and waits."""
+        return self._sync_one("write", target_hostname, buffer, peer_buffer_address, length, transport_hint)
+
+    def transfer_sync_read(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                           transport_hint: str = "") -> int:
+        """Reads length bytes at peer_buffer_address into buffer and waits."""
+        return self._sync_one("read", target_hostname, buffer, peer_buffer_address, length, transport_hint)
+
+    def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                      opcode: TransferOpcode, notify: Optional[TransferNotify] = None,
+                      transport_hint: str = "") -> int:
+        """One transfer of either direction, with an optional notify the
+        peer receives (get_notifies) after the data."""
+        return self._sync_one(_op(opcode), target_hostname, buffer, peer_buffer_address, length,
+                              transport_hint, notify)
+
+    def batch_transfer_sync_write(self, target_hostname: str, buffers: List[int],
+                                  peer_buffer_addresses: List[int], lengths: List[int],
+                                  transport_hint: str = "") -> int:
+        """Writes every (buffer, peer address, length) triple as one batch and waits."""
+        return self._sync_many("write", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
+
+    def batch_transfer_sync_read(self, target_hostname: str, buffers: List[int],
+                                 peer_buffer_addresses: List[int], lengths: List[int],
+                                 transport_hint: str = "") -> int:
+        """Reads every triple as one batch and waits."""
+        return self._sync_many("read", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
+
+    def batch_transfer_sync(self, target_hostname: str, buffers: List[int], peer_buffer_addresses: List[int],
+                            lengths: List[int], opcode: TransferOpcode, notify: Optional[TransferNotify] = None,
+                            transport_hint: str = "") -> int:
+        return self._sync_many(_op(opcode), target_hostname, buffers, peer_buffer_addresses, lengths,
+                               transport_hint, notify)
+
+    def batch_transfer_async_write(self, target_hostname: str, buffers: List[int],
+                                   peer_buffer_addresses: List[int], lengths: List[int],
+                                   transport_hint: str = "") -> int:
+        """Submits the writes and returns a batch id (0 on failure) for
+        get_batch_transfer_status."""
+        return self._submit("write", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
+
+    def batch_transfer_async_read(self, target_hostname: str, buffers: List[int],
+                                  peer_buffer_addresses: List[int], lengths: List[int],
+                                  transport_hint: str = "") -> int:
+        return self._submit("read", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
+
+    def batch_transfer_async(self, target_hostname: str, buffers: List[int], peer_buffer_addresses: List[int],
+                             lengths: List[int], opcode: TransferOpcode, transport_hint: str = "") -> int:
+        return self._submit(_op(opcode), target_hostname, buffers, peer_buffer_addresses, lengths,
+                            transport_hint)
+
+    def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
+                              transport_hint: str = "") -> int:
+        """Submits one write; poll it with transfer_check_status."""
+        return self._submit("write", target_hostname, [buffer], [peer_buffer_address], [length], transport_hint)
+
+    def get_batch_transfer_status(self, batch_ids: List[int]) -> int:
+        """Waits for every batch (each bounded by tent's deadline) and
+        releases them: 0 if all succeeded, -1 if any failed (all released)."""
+        with self._lock:
+            batches = [(int(b), self._batches.pop(int(b), None)) for b in batch_ids]
+        rc = 0
+        for bid, batch in batches:
+            if batch is None:
+                rc = self._fail("get_batch_transfer_status", tent.InvalidHandle(f"unknown batch id {bid}"))
+                continue
+            try:
+                batch.wait()
+            except Exception as exc:  # noqa: BLE001
+                rc = self._fail(f"batch {bid}", exc)
+            finally:
+                _close_quietly(batch)
+        return rc
+
+    def transfer_check_status(self, batch_id: int) -> int:
+        """1 done (released), 0 still running, -1 failed (released), -2 timed out (released)."""
+        with self._lock:
+            batch = self._batches.get(int(batch_id))
+        if batch is None:
+            return self._fail("transfer_check_status", tent.InvalidHandle(f"unknown batch id {batch_id}"))
+        try:
+            if not batch.done:
+                return _CHECK_PENDING
+            batch.wait(0)
+            code = _CHECK_DONE
+        except tent.Timeout as exc:
+            code = self._fail(f"batch {batch_id}", exc, _CHECK_TIMEOUT)
+        except Exception as exc:  # noqa: BLE001
+            code = self._fail(f"batch {batch_id}", exc, _CHECK_FAILED)
+        with self._lock:
+            self._batches.pop(int(batch_id), None)
+        _close_quietly(batch)
+        return code
+
+    # ---- notifications ----
+
+    def _wrap(self, notify: TransferNotify) -> bytes:
+        if not isinstance(notify, TransferNotify):
+            raise TypeError(f"notify must be a TransferNotify, not {type(notify).__name__}")
+        return _common.envelope(_common.KIND_USER, notify.name, _common.as_bytes(notify.msg))
+
+    def get_notifies(self) -> List[TransferNotify]:
+        """The notifications received since the last call (each after its
+        transfer's data arrived), oldest first."""
+        out: List[TransferNotify] = []
+        with self._lock:
+            while self._notifies:
+                out.append(self._notifies.popleft())
+        return out
+
+    def _pump_notifications(self) -> None:
+        """Drains tent's notification queue: client notifications into the
+        list get_notifies returns, control messages answered here."""
+        e = self._engine
+        while e is not None and not self._stop.is_set():
+            try:
+                n = e.recv_notification(timeout=_PUMP_SLICE_S)
+            except tent.Timeout:
+                continue
+            except Exception:  # noqa: BLE001 - engine closed: the pump ends
+                return
+            opened = _common.open_envelope(n.message)
+            if opened is None:
+                with self._lock:
+                    self._notifies.append(TransferNotify(n.sender, n.message.decode("utf-8", "replace")))
+                continue
+            kind, name, body = opened
+            if kind == _common.KIND_USER:
+                with self._lock:
+                    self._notifies.append(TransferNotify(name, body.decode("utf-8", "replace")))
+            elif kind == _common.KIND_QUERY:
+                self._answer(n.sender, name)
+            elif kind == _common.KIND_ANSWER:
+                with self._answered:
+                    self._answers[name] = body
+                    self._answered.notify_all()
+
+    def _answer(self, requester: str, nonce: str) -> None:
+        with self._lock:
+            first = self._order[0] if self._order else 0
+        try:
+            seg = self._need().open_segment(requester)
+            try:
+                self._need().notify(seg, _common.envelope(_common.KIND_ANSWER, nonce,
+                                                          json.dumps({"first_buffer": first}).encode()))
+            finally:
+                seg.close()
+        except Exception as exc:  # noqa: BLE001 - the asker times out and says so
+            logger.warning("cannot answer %s's buffer query: %s", requester, exc)
+
+    def _ask_first_buffer(self, segment_name: str) -> int:
+        import uuid
+
+        e = self._need()
+        seg = self._segment(segment_name)
+        nonce = uuid.uuid4().hex
+        e.notify(seg, _common.envelope(_common.KIND_QUERY, nonce, b""))
+        with self._answered:
+            if not self._answered.wait_for(lambda: nonce in self._answers, _QUERY_TIMEOUT_S):
+                raise tent.Timeout(f"{segment_name} did not answer within {_QUERY_TIMEOUT_S} s")
+            body = self._answers.pop(nonce)
+        return int(json.loads(body)["first_buffer"])
+
+    # ---- topology ----
+
+    def get_local_topology(self, device_name: Optional[str] = None) -> str:
+        """The machine's topology as JSON (tent's: GPUs from NVML)."""
+        try:
+            return json.dumps(tent.topology())
+        except Exception as exc:  # noqa: BLE001
+            self._fail("get_local_topology", exc)
+            return "{}"
+
+    # ---- teardown (tent addition; Mooncake releases at destruction) ----
+
+    def close(self) -> None:
+        """Releases everything: batches, segments, memory, the engine (and
+        withdraws the HTTP metadata record). Idempotent."""
+        self._stop.set()
+        with self._lock:
+            engine, self._engine = self._engine, None
+            batches, self._batches = list(self._batches.values()), {}
+            segments, self._segments = list(self._segments.values()), {}
+            regions, self._regions = list(self._regions.values()), {}
+            managed, self._managed = list(self._managed.values()), {}
+            self._order = []
+        if engine is None:
+            return
+        for obj in batches + segments + regions + managed:
+            _close_quietly(obj)
+        if self._http is not None:
+            try:
+                self._http.withdraw_segment(self._segment_name)
+            except Exception as exc:  # noqa: BLE001
+                logger.warning("cannot withdraw %s from %s: %s", self._segment_name, self._http.url, exc)
+        engine.close()
+        if self._pump is not None and self._pump is not threading.current_thread():
+            self._pump.join()
+
+    def __enter__(self) -> "TransferEngine":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - a finalizer never raises
+            pass
+
+
+def _close_quietly(obj: Any) -> None:
+    try:
+        obj.close()
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("releasing %r: %s", obj, exc)
+
+
+def _location(location: Optional[str]) -> Optional[str]:
+    if not location or location == "*":
+        return None
+    return location
+
+
+def _op(opcode: Any) -> str:
+    code = int(opcode)
+    if code == TransferOpcode.Read:
+        return "read"
+    if code == TransferOpcode.Write:
+        return "write"
+    raise ValueError(f"opcode must be TransferOpcode.Read or Write, not {opcode!r}")
+
+
+def _hint(hint: str) -> Optional[str]:
+    """Mooncake's transport_hint as tent's transport (None: tent chooses)."""
+    h = (hint or "").strip().lower()
+    return h if h in _common.TENT_TRANSPORTS else None
