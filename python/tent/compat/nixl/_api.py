@@ -1,0 +1,1081 @@
+"""NIXL's ``nixl_agent`` Python API on tent.
+
+Same names, arguments, state strings ("DONE"/"PROC"/"ERR") and
+exceptions (``nixl._bindings``' error classes) as ``nixl._api``, so
+vLLM's NixlConnector and SGLang's nixl backend run unchanged::
+
+    agent = nixl_agent("prefill-0", nixl_agent_config(backends=["UCX"]))
+    agent.register_memory(agent.get_reg_descs(kv_blocks, "DRAM"))
+    blob = agent.get_agent_metadata()          # carried over the client's side channel
+    peer = other.add_remote_agent(blob)
+    ...
+    handle = agent.make_prepped_xfer("READ", local, ids, remote, ids, b"req-7")
+    agent.transfer(handle)                     # "PROC"
+    agent.check_xfer_state(handle)             # ... "DONE"
+
+Underneath is one ``tent.Engine`` per agent (tent's peer-to-peer
+metadata; its address is ``TENT_COMPAT_HOST``, default 127.0.0.1, on any
+port). Backends ("UCX", "LIBFABRIC", ...) are served by the best tent
+transport per peer, said once in the log; backend names tent has ("TCP",
+"SHM") restrict it to those. A transfer's notification reaches the peer
+after the data (tent's notify), keyed by this agent's name. Metadata
+blobs and serialized descriptors are tent's versioned encoding
+(``tent.compat._blob``), signed when ``TENT_COMPAT_SECRET`` is set, never
+pickle. Every failure raises NIXL's exception class for it, with tent's
+message and the tent exception as ``tent_error``.
+"""
+
+from __future__ import annotations
+
+import base64
+import enum
+import logging
+import os
+import socket
+import struct
+import sys
+import threading
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+
+import tent
+
+from .. import _blob, _common
+from . import _bindings as nixlBind
+from ._bindings import (
+    nixlBackendError,
+    nixlCancelledError,
+    nixlInvalidParamError,
+    nixlMismatchError,
+    nixlNoTelemetryError,
+    nixlNotAllowedError,
+    nixlNotFoundError,
+    nixlNotPostedError,
+    nixlNotSupportedError,
+    nixlRegDList,
+    nixlRemoteDisconnectError,
+    nixlRepostActiveError,
+    nixlXferDList,
+    nixlXferTelemetry,
+)
+from .logging import get_logger
+
+logger = get_logger(__name__)
+
+DEFAULT_COMM_PORT = nixlBind.DEFAULT_COMM_PORT
+nixl_backend_handle = int
+
+_MEMS = {"DRAM": nixlBind.DRAM_SEG, "VRAM": nixlBind.VRAM_SEG, "FILE": nixlBind.FILE_SEG,
+         "BLOCK": nixlBind.BLK_SEG, "OBJ": nixlBind.OBJ_SEG, "cpu": nixlBind.DRAM_SEG, "cuda": nixlBind.VRAM_SEG}
+_OPS = {"WRITE": "write", "READ": "read"}
+_MAX_FRAME = 16 << 20
+_SIDE_CHANNEL_TIMEOUT_S = 5.0
+
+
+def _is_torch_tensor(obj: object) -> bool:
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(obj, torch.Tensor)
+
+
+def nixl_error(exc: BaseException, what: str = "") -> nixlBind._nixlError:
+    """The NIXL exception for a tent (or argument) error, tent's message kept."""
+    if isinstance(exc, nixlBind._nixlError):
+        return exc
+    if isinstance(exc, _blob.BlobError):
+        cls: type = nixlNotAllowedError if "secret" in str(exc) or "signature" in str(exc) else nixlInvalidParamError
+    elif isinstance(exc, tent.NotFound):
+        cls = nixlNotFoundError
+    elif isinstance(exc, (tent.PermissionDenied, tent.AuthError)):
+        cls = nixlNotAllowedError
+    elif isinstance(exc, tent.Unsupported):
+        cls = nixlNotSupportedError
+    elif isinstance(exc, tent.VersionMismatch):
+        cls = nixlMismatchError
+    elif isinstance(exc, tent.Canceled):
+        cls = nixlCancelledError
+    elif isinstance(exc, (tent.TransportError, tent.Closed)):
+        cls = nixlRemoteDisconnectError
+    elif isinstance(exc, (tent.InvalidArgument, tent.InvalidHandle, tent.NotRegistered, tent.OutOfRange,
+                          tent.Overlap, tent.AlreadyRegistered, TypeError, ValueError, IndexError)):
+        cls = nixlInvalidParamError
+    else:
+        cls = nixlBackendError
+    msg = f"{cls.status.name}: {what + ': ' if what else ''}{exc}"  # type: ignore[attr-defined]
+    err = cls(msg, exc)
+    err.__cause__ = exc
+    return err
+
+
+# ---- handles ------------------------------------------------------------------
+
+
+class nixl_prepped_dlist_handle:  # noqa: N801 - NIXL's names
+    """A prepared descriptor list (prep_xfer_dlist). ``release()`` frees it."""
+
+    __slots__ = ("_handle", "_agent", "_released")
+
+    def __init__(self, agent: "nixl_agent", value: int) -> None:
+        self._handle = int(value)
+        self._agent = agent
+        self._released = False
+
+    def __repr__(self) -> str:
+        return f"nixl_prepped_dlist_handle(0x{self._handle:x}, released={self._released})"
+
+    def release(self) -> None:
+        if not self._released:
+            self._agent._release_dlist(self._handle)
+            self._released = True
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001 - a finalizer never raises
+            pass
+
+
+class nixl_xfer_handle:  # noqa: N801
+    """A transfer request (make_prepped_xfer / initialize_xfer). ``release()``
+    cancels it if still running and frees it."""
+
+    __slots__ = ("_handle", "_agent", "_released")
+
+    def __init__(self, agent: "nixl_agent", value: int) -> None:
+        self._handle = int(value)
+        self._agent = agent
+        self._released = False
+
+    def __repr__(self) -> str:
+        return f"nixl_xfer_handle(0x{self._handle:x}, released={self._released})"
+
+    def release(self) -> None:
+        if not self._released:
+            self._agent._release_xfer(self._handle)
+            self._released = True
+
+    def __del__(self) -> None:
+        if self._released:
+            return
+        try:
+            self.release()
+        except Exception:  # noqa: BLE001
+            try:
+                self._agent._leaked_xfer_handles.append(self._handle)
+            except Exception:  # noqa: BLE001
+                pass
+
+
+class nixl_thread_sync_t(enum.Enum):  # noqa: N801
+    NIXL_THREAD_SYNC_NONE = nixlBind.NIXL_THREAD_SYNC_NONE
+    NIXL_THREAD_SYNC_STRICT = nixlBind.NIXL_THREAD_SYNC_STRICT
+    NIXL_THREAD_SYNC_RW = nixlBind.NIXL_THREAD_SYNC_RW
+    NIXL_THREAD_SYNC_DEFAULT = nixlBind.NIXL_THREAD_SYNC_DEFAULT  # an alias of NONE, as in NIXL
+
+
+class nixl_agent_config:  # noqa: N801
+    """NIXL's agent configuration. tent uses ``enable_listen_thread`` /
+    ``listen_port`` (the metadata side channel), ``capture_telemetry`` and
+    ``backends`` (which tent transports serve); ``enable_prog_thread``,
+    ``num_threads`` and ``sync_mode`` are accepted (tent's engine is
+    always thread-safe and progresses on its own)."""
+
+    def __init__(self, enable_prog_thread: bool = True, enable_listen_thread: bool = False,
+                 listen_port: int = DEFAULT_COMM_PORT, capture_telemetry: bool = False, num_threads: int = 0,
+                 backends: Optional[List[str]] = None, sync_mode: Optional[nixl_thread_sync_t] = None) -> None:
+        self.backends = list(backends) if backends is not None else ["UCX"]
+        self.enable_pthread = enable_prog_thread
+        self.enable_listen = enable_listen_thread
+        self.port = listen_port
+        self.capture_telemetry = capture_telemetry
+        self.num_threads = num_threads
+        if sync_mode is not None and not isinstance(sync_mode, nixl_thread_sync_t):
+            raise TypeError(f"sync_mode must be a nixl_thread_sync_t (got {type(sync_mode).__name__!r})")
+        self.sync_mode = sync_mode
+
+
+# ---- internal records -------------------------------------------------------------
+
+
+class _Regions:
+    """Sorted (addr, len) ranges with a vectorized containment test."""
+
+    def __init__(self, rows: Iterable[Tuple[int, int, int, int]] = ()) -> None:
+        self.items: List[Tuple[int, int, int, int]] = sorted(set(rows))  # (addr, len, dev, mem)
+        self._index: Any = None
+
+    def merged(self, more: Iterable[Tuple[int, int, int, int]]) -> "_Regions":
+        return _Regions(list(self.items) + list(more))
+
+    def without(self, drop: Iterable[Tuple[int, int, int, int]]) -> "_Regions":
+        gone = set(drop)
+        return _Regions(r for r in self.items if r not in gone)
+
+    def contains(self, rows: Any) -> Any:
+        """A bool per (addr, len, dev) row: inside one region."""
+        import numpy as np
+
+        if self._index is None:
+            self._index = (np.array([r[0] for r in self.items], dtype=np.uint64),
+                           np.array([r[0] + r[1] for r in self.items], dtype=np.uint64))
+        starts, ends = self._index
+        if rows.shape[0] == 0:
+            return np.ones(0, dtype=bool)
+        if starts.shape[0] == 0:
+            return np.zeros(rows.shape[0], dtype=bool)
+        addr, length = rows[:, 0], rows[:, 1]
+        i = np.searchsorted(starts, addr, side="right").astype(np.int64) - 1
+        ok = i >= 0
+        j = np.where(ok, i, 0)
+        return ok & (addr + length <= ends[j]) & (addr + length >= addr)
+
+
+class _Remote:
+    def __init__(self, name: str, segment_name: str, regions: _Regions) -> None:
+        self.name = name
+        self.segment_name = segment_name
+        self.regions = regions
+        self.segment: Optional[tent.Segment] = None
+
+
+class _Dlist:
+    def __init__(self, agent: Optional[str], rows: Any, mem: Any) -> None:
+        self.agent = agent  # None: local (NIXL_INIT_AGENT)
+        self.rows = rows
+        self.mem = mem
+
+
+class _Xfer:
+    def __init__(self, op: str, remote: str, local_rows: Any, remote_rows: Any, notif: bytes) -> None:
+        self.op = op
+        self.remote = remote
+        self.local_rows = local_rows
+        self.remote_rows = remote_rows
+        self.notif = notif
+        self.reqs: Any = None
+        self.batch: Optional[tent.Batch] = None
+        self.start_us = 0
+        self.post_us = 0
+        self.xfer_us = 0
+        self.finished = False
+        self.total_bytes = int(local_rows[:, 1].sum()) if local_rows.shape[0] else 0
+        self.count = int(local_rows.shape[0])
+
+
+def _mem_name(mem: Any) -> str:
+    return "VRAM" if int(mem) == int(nixlBind.VRAM_SEG) else "DRAM"
+
+
+# ---- the agent ------------------------------------------------------------------
+
+
+class nixl_agent:  # noqa: N801
+    """NIXL's agent, served by tent (see the module doc). ``close()``
+    (a tent addition) releases everything at once."""
+
+    def __init__(self, agent_name: str, nixl_conf: Optional[nixl_agent_config] = None,
+                 instantiate_all: bool = False) -> None:
+        if not isinstance(agent_name, str) or not agent_name:
+            raise nixlInvalidParamError("an agent needs a non-empty name")
+        if nixl_conf and instantiate_all:
+            logger.warning("Ignoring instantiate_all based on the provided config in agent creation.")
+        conf = nixl_conf or nixl_agent_config()
+        self.name = agent_name
+        self._conf = conf
+        self._lock = threading.RLock()
+        self._secret = _common.secret()
+        self._telemetry = bool(conf.capture_telemetry) or os.environ.get("NIXL_TELEMETRY_ENABLE", "").lower() in (
+            "y", "yes", "1", "true", "on")
+        self._leaked_xfer_handles: List[int] = []
+        self.notifs: Dict[str, List[bytes]] = {}
+        self.backends: Dict[str, int] = {}
+        self.backend_mems: Dict[str, List[str]] = {}
+        self.backend_options: Dict[str, Dict[str, str]] = {}
+        self.plugin_list = ["UCX", "LIBFABRIC", "TCP", "SHM", "LOCAL"]
+        self.nixl_mems = dict(_MEMS)
+        self.nixl_ops = {"WRITE": nixlBind.NIXL_WRITE, "READ": nixlBind.NIXL_READ}
+
+        wanted = [b for b in conf.backends if b.lower() in _common.TENT_TRANSPORTS]
+        transports, _ = _common.transports_for(",".join(b.lower() for b in wanted) if wanted else None)
+        foreign = [b for b in conf.backends if b.lower() not in _common.TENT_TRANSPORTS]
+        if foreign and not wanted:
+            logger.warning("backends %s are served by tent: the best transport tent has for each peer "
+                           "(local in-process, shm on the same host, tcp across hosts)", foreign)
+        host = os.environ.get("TENT_COMPAT_HOST", "127.0.0.1")
+        self._engine = tent.Engine(listen_addr=f"{host}:0", transports=transports, secret=self._secret,
+                                   timeout=_common.timeout())
+        self._handles = 0
+        self._regions = _Regions()
+        self._registered: Dict[Tuple[int, int], tent.Region] = {}
+        self._remotes: Dict[str, _Remote] = {}
+        self._dlists: Dict[int, _Dlist] = {}
+        self._xfers: Dict[int, _Xfer] = {}
+        self._self_segment: Optional[tent.Segment] = None
+        for b in conf.backends:
+            self.create_backend(b)
+        self._listener: Optional[_Listener] = None
+        if conf.enable_listen:
+            self._listener = _Listener(self, host, int(conf.port))
+        logger.info("Initialized NIXL agent: %s (tent engine %s)", agent_name, self._engine.name)
+
+    # ---- tent additions ----
+
+    @property
+    def tent_engine(self) -> tent.Engine:
+        """The tent.Engine underneath."""
+        return self._engine
+
+    @property
+    def listen_port(self) -> int:
+        """The side channel's port (with enable_listen_thread; 0 otherwise)."""
+        return self._listener.port if self._listener is not None else 0
+
+    def close(self) -> None:
+        """Releases transfers, descriptor lists, registrations, peers and the
+        engine. Idempotent."""
+        with self._lock:
+            if self._engine.closed:
+                return
+            if self._listener is not None:
+                self._listener.close()
+            for x in self._xfers.values():
+                if x.batch is not None:
+                    _close_quietly(x.batch)
+            self._xfers.clear()
+            self._dlists.clear()
+            for r in self._remotes.values():
+                if r.segment is not None:
+                    _close_quietly(r.segment)
+            self._remotes.clear()
+            if self._self_segment is not None:
+                _close_quietly(self._self_segment)
+            for region in self._registered.values():
+                _close_quietly(region)
+            self._registered.clear()
+            self._engine.close()
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001
+            pass
+
+    def _next(self) -> int:
+        self._handles += 1
+        return self._handles
+
+    # ---- plugins and backends ----
+
+    def get_plugin_list(self) -> List[str]:
+        return list(self.plugin_list)
+
+    def get_plugin_mem_types(self, backend: str) -> List[str]:
+        return ["DRAM", "VRAM"]
+
+    def get_plugin_params(self, backend: str) -> Dict[str, str]:
+        return {}
+
+    def get_backend_mem_types(self, backend: str) -> List[str]:
+        return list(self.backend_mems[backend])
+
+    def get_backend_params(self, backend: str) -> Dict[str, str]:
+        return dict(self.backend_options[backend])
+
+    def create_backend(self, backend: str, initParams: Optional[Dict[str, str]] = None) -> None:  # noqa: N803
+        """Records the backend name (tent's transports serve every backend)."""
+        with self._lock:
+            self.backends[backend] = len(self.backends) + 1
+            self.backend_mems[backend] = ["DRAM", "VRAM"]
+            self.backend_options[backend] = dict(initParams or {})
+
+    def _check_backends(self, backends: Optional[Iterable[str]]) -> None:
+        for b in backends or []:
+            if b not in self.backends:
+                raise KeyError(b)
+
+    # ---- descriptor lists ----
+
+    def get_reg_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlRegDList]:
+        """A nixlRegDList from (addr, len, dev, meta) tuples with a mem type,
+        an Nx3 numpy array with a mem type, a tensor, a list of tensors, or
+        (tent addition) any other buffer object (numpy data arrays)."""
+        return self._descs(nixlRegDList, descs, mem_type, 4)
+
+    def get_xfer_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlXferDList]:
+        """A nixlXferDList from (addr, len, dev) tuples with a mem type, an Nx3
+        numpy array with a mem type, a tensor or a list of tensors."""
+        return self._descs(nixlXferDList, descs, mem_type, 3)
+
+    def _descs(self, cls: type, descs: Any, mem_type: Optional[str], width: int) -> Any:
+        import numpy as np
+
+        other = nixlXferDList if cls is nixlRegDList else nixlRegDList
+        if isinstance(descs, cls):
+            return descs
+        if isinstance(descs, other):
+            logger.error("%s type detected, please use %s", other.__name__, cls.__name__)
+            return None
+        if _is_torch_tensor(descs):
+            return self._tensor_descs(cls, [descs], width)
+        if isinstance(descs, np.ndarray):
+            if descs.ndim == 2 and descs.shape[1] == 3 and descs.dtype.kind in "iu":
+                if mem_type is None:
+                    logger.error("Please specify a mem type if not using Tensors")
+                    return None
+                return cls(self._mem(mem_type), descs)
+            buf = tent.resolve(descs)  # a data array: its memory, one descriptor
+            row = (buf.ptr, buf.nbytes, 0, "") if width == 4 else (buf.ptr, buf.nbytes, 0)
+            return cls(self._mem(mem_type or "DRAM"), [row])
+        if isinstance(descs, (list, tuple)) and descs:
+            first = descs[0]
+            if isinstance(first, tuple):
+                if mem_type is None:
+                    logger.error("Please specify a mem type if not using Tensors")
+                    return None
+                if len(first) != width:
+                    logger.error("%d-tuple list needed", width)
+                    return None
+                return cls(self._mem(mem_type), list(descs))
+            if _is_torch_tensor(first):
+                return self._tensor_descs(cls, list(descs), width)
+        return None
+
+    def _mem(self, mem_type: str) -> Any:
+        try:
+            return self.nixl_mems[mem_type]
+        except KeyError:
+            raise nixlInvalidParamError(f"unknown memory type {mem_type!r}") from None
+
+    def _tensor_descs(self, cls: type, tensors: List[Any], width: int) -> Any:
+        rows = []
+        dev0 = tensors[0].device
+        for t in tensors:
+            if t.device != dev0:
+                return None
+            if not t.is_contiguous():
+                logger.error("Please use a list of contiguous Tensors")
+                return None
+            gpu = t.get_device()
+            gpu = 0 if gpu == -1 else gpu
+            row = (t.data_ptr(), t.numel() * t.element_size(), gpu)
+            rows.append(row + ("",) if width == 4 else row)
+        mem = "DRAM" if tensors[0].get_device() == -1 else "VRAM"
+        return cls(self.nixl_mems[mem], rows)
+
+    def get_remote_descs(self, descs: Any, mem_type: Optional[str] = None) -> Any:
+        if isinstance(descs, nixlBind.nixlRemoteDList):
+            return descs
+        if isinstance(descs, (list, tuple)) and descs and isinstance(descs[0], tuple) and mem_type is not None:
+            return nixlBind.nixlRemoteDList(self._mem(mem_type), list(descs))
+        logger.error("4-tuple list (addr, len, dev_id, agent_name) with a mem type needed for remote descriptors")
+        return None
+
+    def get_serialized_descs(self, descs: Any) -> bytes:
+        """A descriptor list as bytes, in tent's encoding (not pickle)."""
+        if not isinstance(descs, nixlBind._DList):
+            raise nixlInvalidParamError(f"not a NIXL descriptor list: {type(descs).__name__}")
+        body = {"list": descs._kind, "type": int(descs.getType()), "descs": [list(d) for d in descs]}
+        return _blob.encode("nixl-descs", body, self._secret)
+
+    def deserialize_descs(self, serialized_descs: bytes) -> Any:
+        try:
+            _, body = _blob.decode(serialized_descs, self._secret, "nixl-descs")
+            cls = {"xfer": nixlXferDList, "reg": nixlRegDList, "remote": nixlBind.nixlRemoteDList}[body["list"]]
+            return cls(body["type"], [tuple(d) for d in body["descs"]])
+        except nixlBind._nixlError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise nixl_error(exc, "deserialize_descs") from None
+
+    # ---- memory ----
+
+    def register_memory(self, reg_list: Any, mem_type: Optional[str] = None,
+                        backends: Optional[List[str]] = None) -> nixlRegDList:
+        """Registers every descriptor with tent, all or none. Returns the
+        nixlRegDList (for deregister_memory)."""
+        self._check_backends(backends)
+        descs = self.get_reg_descs(reg_list, mem_type)
+        if descs is None:
+            raise nixlInvalidParamError("register_memory: no descriptors (see the log for why)")
+        mem = descs.getType()
+        if int(mem) not in (int(nixlBind.DRAM_SEG), int(nixlBind.VRAM_SEG)):
+            raise nixlNotSupportedError(f"tent registers DRAM and VRAM, not {mem.name}")
+        items = [(int(a), int(n), int(d)) for a, n, d in descs.rows]
+        with self._lock:
+            fresh = [it for it in items if (it[0], it[1]) not in self._registered]
+            if len(set((a, n) for a, n, _ in fresh)) != len(fresh):
+                raise nixlInvalidParamError("register_memory: the same region is listed twice")
+            loc = (lambda dev: "cpu") if int(mem) == int(nixlBind.DRAM_SEG) else (lambda dev: f"cuda:{dev}")
+            try:
+                regions = self._engine.register_batch([((a, n), loc(d)) for a, n, d in fresh]) if fresh else []
+            except Exception as exc:  # noqa: BLE001
+                raise nixl_error(exc, "register_memory") from None
+            for (a, n, d), r in zip(fresh, regions):
+                self._registered[(a, n)] = r
+            self._regions = self._regions.merged((a, n, d, int(mem)) for a, n, d in fresh)
+        return descs
+
+    def deregister_memory(self, dereg_list: nixlRegDList, backends: Optional[List[str]] = None) -> None:
+        """Unregisters the descriptors (waiting for transfers still using them)."""
+        self._check_backends(backends)
+        if not isinstance(dereg_list, nixlRegDList):
+            raise nixlInvalidParamError("deregister_memory takes the nixlRegDList register_memory returned")
+        items = [(int(a), int(n), int(d)) for a, n, d in dereg_list.rows]
+        with self._lock:
+            missing = [it for it in items if (it[0], it[1]) not in self._registered]
+            if missing:
+                raise nixlNotFoundError(f"deregister_memory: {missing[0][0]:#x}+{missing[0][1]} is not registered")
+            regions = [self._registered[(a, n)] for a, n, _ in items]
+            try:
+                self._engine.unregister_batch(regions)
+            except Exception as exc:  # noqa: BLE001
+                raise nixl_error(exc, "deregister_memory") from None
+            for a, n, _ in items:
+                del self._registered[(a, n)]
+            gone = {(a, n) for a, n, _ in items}
+            self._regions = _Regions(r for r in self._regions.items if (r[0], r[1]) not in gone)
+
+    def query_memory(self, reg_list: Any, backend: str, mem_type: Optional[str] = None) -> List[Optional[Dict[str, str]]]:
+        """Per descriptor: None if this agent has not registered it, else
+        {"mem_type", "registered"}."""
+        if backend not in self.backends:
+            raise ValueError(f"Backend '{backend}' not found. Available backends: {list(self.backends.keys())}")
+        descs = self.get_reg_descs(reg_list, mem_type)
+        if descs is None:
+            raise nixlInvalidParamError("query_memory: no descriptors")
+        with self._lock:
+            ok = self._regions.contains(descs.rows)
+        name = _mem_name(descs.getType())
+        return [{"mem_type": name, "registered": "true"} if bool(x) else None for x in ok]
+
+    # ---- remote agents and metadata ----
+
+    def _metadata(self, rows: Optional[List[Tuple[int, int, int, int]]], conn: bool) -> bytes:
+        with self._lock:
+            regions = self._regions.items if rows is None else rows
+            body = {"agent": self.name, "regions": [list(r) for r in regions]}
+            if conn:
+                body["segment"] = self._engine.name
+        return _blob.encode("nixl-agent", body, self._secret)
+
+    def get_agent_metadata(self) -> bytes:
+        """This agent's metadata (its tent address and registrations) as
+        bytes, for the client's side channel."""
+        return self._metadata(None, True)
+
+    def get_partial_agent_metadata(self, descs: nixlRegDList, inc_conn_info: bool = False,
+                                   backends: Optional[List[str]] = None) -> bytes:
+        """Metadata of the given registered descriptors only (and the tent
+        address with inc_conn_info)."""
+        self._check_backends(backends)
+        if descs is None or not isinstance(descs, nixlRegDList):
+            raise nixlInvalidParamError("get_partial_agent_metadata takes a nixlRegDList")
+        with self._lock:
+            ok = self._regions.contains(descs.rows)
+            if not ok.all():
+                raise nixlNotFoundError("get_partial_agent_metadata: a descriptor is not registered")
+            rows = [(int(a), int(n), int(d), int(descs.getType())) for a, n, d in descs.rows]
+        return self._metadata(rows, bool(inc_conn_info))
+
+    def add_remote_agent(self, metadata: bytes) -> str:
+        """Loads a peer's metadata blob; returns its agent name."""
+        try:
+            _, body = _blob.decode(metadata, self._secret, "nixl-agent")
+            name = body["agent"]
+            if not isinstance(name, str) or not name:
+                raise ValueError("no agent name in the metadata")
+            rows = [(int(a), int(n), int(d), int(m)) for a, n, d, m in body.get("regions", [])]
+            segment = body.get("segment")
+            if segment is not None and not isinstance(segment, str):
+                raise ValueError("bad segment address in the metadata")
+        except nixlBind._nixlError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise nixl_error(exc, "add_remote_agent") from None
+        with self._lock:
+            known = self._remotes.get(name)
+            if known is None:
+                if segment is None:
+                    raise nixlNotFoundError(f"add_remote_agent: {name!r} is unknown and its metadata has no "
+                                            "connection info (inc_conn_info=False)")
+                self._remotes[name] = _Remote(name, segment, _Regions(rows))
+            else:
+                if segment is not None and segment != known.segment_name:
+                    if known.segment is not None:
+                        _close_quietly(known.segment)
+                    known.segment, known.segment_name = None, segment
+                    known.regions = _Regions(rows)
+                else:
+                    known.regions = known.regions.merged(rows)
+        return name
+
+    def remove_remote_agent(self, agent: str) -> None:
+        with self._lock:
+            r = self._remotes.pop(agent, None)
+        if r is None:
+            raise nixlNotFoundError(f"remove_remote_agent: {agent!r} is not a known remote agent")
+        if r.segment is not None:
+            _close_quietly(r.segment)
+
+    def check_remote_metadata(self, agent: str, descs: Optional[nixlXferDList] = None) -> bool:
+        with self._lock:
+            r = self._remotes.get(agent)
+            if r is None:
+                return False
+            if descs is None or len(descs) == 0:
+                return True
+            return bool(r.regions.contains(descs.rows).all())
+
+    def make_connection(self, remote_agent: str, backends: Optional[List[str]] = None) -> None:
+        """Opens the tent segment to the peer ahead of the first transfer."""
+        self._check_backends(backends)
+        self._peer_segment(remote_agent)
+
+    def _peer(self, agent: str) -> _Remote:
+        r = self._remotes.get(agent)
+        if r is not None:
+            return r
+        if agent == self.name:  # loopback
+            return _Remote(self.name, self._engine.name, self._regions)
+        raise nixlNotFoundError(f"{agent!r} is not a known remote agent (add_remote_agent / fetch_remote_metadata)")
+
+    def _peer_segment(self, agent: str) -> tent.Segment:
+        with self._lock:
+            r = self._peer(agent)
+            if agent == self.name and agent not in self._remotes:
+                if self._self_segment is None:
+                    self._self_segment = self._engine.open_segment(self._engine.name)
+                return self._self_segment
+            if r.segment is None or r.segment.closed:
+                try:
+                    r.segment = self._engine.open_segment(r.segment_name)
+                except Exception as exc:  # noqa: BLE001
+                    raise nixl_error(exc, f"connecting to {agent!r}") from None
+            return r.segment
+
+    # -- side channel (listen thread) and etcd --
+
+    def send_local_metadata(self, ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
+        """Sends this agent's metadata to a peer's listen thread (ip_addr,
+        port), or publishes it in etcd (NIXL_ETCD_ENDPOINTS) without ip_addr."""
+        md = self.get_agent_metadata()
+        if ip_addr:
+            self._side_async("send", ip_addr, port, {"md": _b64(md)})
+        else:
+            self._etcd().put(self._etcd_key(self.name), md)
+
+    def send_partial_agent_metadata(self, descs: nixlRegDList, inc_conn_info: bool = False,
+                                    backends: Optional[List[str]] = None, ip_addr: str = "",
+                                    port: int = DEFAULT_COMM_PORT, label: str = "") -> None:
+        md = self.get_partial_agent_metadata(descs, inc_conn_info, backends)
+        if ip_addr:
+            self._side_async("send", ip_addr, port, {"md": _b64(md)})
+        else:
+            self._etcd().put(self._etcd_key(self.name, label), md)
+
+    def fetch_remote_metadata(self, remote_agent: str, ip_addr: str = "", port: int = DEFAULT_COMM_PORT,
+                              label: str = "") -> None:
+        """Asks a peer's listen thread (or etcd) for remote_agent's metadata;
+        it is loaded in the background: poll check_remote_metadata."""
+        if ip_addr:
+            self._side_async("fetch", ip_addr, port, {"agent": remote_agent})
+            return
+        etcd = self._etcd()
+
+        def fetch() -> None:
+            try:
+                md = etcd.get(self._etcd_key(remote_agent, label))
+                if md is None:
+                    logger.error("fetch_remote_metadata: %s has no metadata in etcd", remote_agent)
+                    return
+                self.add_remote_agent(md)
+            except Exception as exc:  # noqa: BLE001
+                logger.error("fetch_remote_metadata(%s) from etcd: %s", remote_agent, exc)
+
+        threading.Thread(target=fetch, name="tent-nixl-fetch", daemon=True).start()
+
+    def invalidate_local_metadata(self, ip_addr: str = "", port: int = DEFAULT_COMM_PORT) -> None:
+        """Tells a peer (or etcd) to forget this agent."""
+        if ip_addr:
+            self._side_async("invalidate", ip_addr, port, {"agent": self.name})
+        else:
+            self._etcd().delete(self._etcd_key(self.name))
+
+    def _etcd(self) -> Any:
+        from .._etcd import EtcdKV
+
+        eps = os.environ.get("NIXL_ETCD_ENDPOINTS")
+        if not eps:
+            raise nixlInvalidParamError("no ip_addr given and NIXL_ETCD_ENDPOINTS is not set")
+        return EtcdKV(eps)
+
+    @staticmethod
+    def _etcd_key(agent: str, label: str = "") -> str:
+        ns = os.environ.get("NIXL_ETCD_NAMESPACE", "/nixl/agents").rstrip("/")
+        return f"{ns}/{agent}/{label or 'tent-metadata'}"
+
+    def _side_async(self, op: str, ip: str, port: int, body: Dict[str, Any]) -> None:
+        def run() -> None:
+            try:
+                reply = _side_call(ip, int(port), op, body, self._secret)
+                if op == "fetch":
+                    md = reply.get("md")
+                    if not md:
+                        logger.error("fetch_remote_metadata: %s:%s does not know %s", ip, port, body["agent"])
+                        return
+                    self.add_remote_agent(base64.b64decode(md))
+            except Exception as exc:  # noqa: BLE001 - NIXL reports side-channel failures in its log
+                logger.error("metadata %s with %s:%s: %s", op, ip, port, exc)
+
+        threading.Thread(target=run, name=f"tent-nixl-{op}", daemon=True).start()
+
+    def _serve_side(self, op: str, body: Dict[str, Any]) -> Dict[str, Any]:
+        if op == "send":
+            return {"ok": True, "agent": self.add_remote_agent(base64.b64decode(body["md"]))}
+        if op == "fetch":
+            if body.get("agent") == self.name:
+                return {"ok": True, "md": _b64(self.get_agent_metadata())}
+            return {"ok": False, "md": ""}
+        if op == "invalidate":
+            try:
+                self.remove_remote_agent(str(body.get("agent")))
+            except nixlNotFoundError:
+                pass
+            return {"ok": True}
+        return {"ok": False}
+
+    # ---- transfers ----
+
+    def prep_xfer_dlist(self, agent_name: str, xfer_list: Any, mem_type: Optional[str] = None,
+                        backends: Optional[List[str]] = None) -> nixl_prepped_dlist_handle:
+        """Prepares descriptors for make_prepped_xfer: local ones
+        ("NIXL_INIT_AGENT" or "") must be registered here, remote ones
+        inside what the named agent registered."""
+        self._check_backends(backends)
+        descs = self.get_xfer_descs(xfer_list, mem_type)
+        if descs is None:
+            raise nixlInvalidParamError("prep_xfer_dlist: no descriptors (see the log for why)")
+        local = agent_name in ("NIXL_INIT_AGENT", "")
+        with self._lock:
+            regions = self._regions if local else self._peer(agent_name).regions
+            ok = regions.contains(descs.rows)
+            if not ok.all():
+                i = int(ok.argmin())
+                a, n, _ = descs[i]
+                whose = "this agent" if local else repr(agent_name)
+                raise nixlNotFoundError(f"prep_xfer_dlist: descriptor {i} ({a:#x}+{n}) is not in memory {whose} "
+                                        "registered")
+            h = self._next()
+            self._dlists[h] = _Dlist(None if local else agent_name, descs.rows.copy(), descs.getType())
+        return nixl_prepped_dlist_handle(self, h)
+
+    def _release_dlist(self, h: int) -> None:
+        with self._lock:
+            self._dlists.pop(h, None)
+
+    def release_dlist_handle(self, handle: nixl_prepped_dlist_handle) -> None:
+        handle.release()
+
+    def make_prepped_xfer(self, operation: str, local_xfer_side: nixl_prepped_dlist_handle, local_indices: Any,
+                          remote_xfer_side: nixl_prepped_dlist_handle, remote_indices: Any,
+                          notif_msg: Union[bytes, str] = b"", backends: Optional[List[str]] = None,
+                          skip_desc_merge: bool = False) -> nixl_xfer_handle:
+        """A transfer of local descriptors [local_indices] to/from remote
+        descriptors [remote_indices] (pairwise, equal lengths)."""
+        import numpy as np
+
+        op = self._op(operation)
+        self._check_backends(backends)
+        with self._lock:
+            ld = self._dlists.get(local_xfer_side._handle)
+            rd = self._dlists.get(remote_xfer_side._handle)
+            if ld is None or rd is None:
+                raise nixlInvalidParamError("make_prepped_xfer: a descriptor list handle was released")
+            if ld.agent is not None or rd.agent is None:
+                raise nixlInvalidParamError("make_prepped_xfer: local side must be prepared with NIXL_INIT_AGENT, "
+                                            "the remote side with the remote (or this) agent's name")
+            remote = rd.agent
+            self._peer(remote)
+        li = np.asarray(local_indices, dtype=np.int64).reshape(-1)
+        ri = np.asarray(remote_indices, dtype=np.int64).reshape(-1)
+        if li.shape != ri.shape:
+            raise nixlInvalidParamError(f"make_prepped_xfer: {li.shape[0]} local and {ri.shape[0]} remote indices")
+        for name, idx, rows in (("local", li, ld.rows), ("remote", ri, rd.rows)):
+            if idx.size and (idx.min() < 0 or idx.max() >= rows.shape[0]):
+                raise nixlInvalidParamError(f"make_prepped_xfer: a {name} index is outside its list of "
+                                            f"{rows.shape[0]} descriptors")
+        return self._new_xfer(op, remote, ld.rows[li], rd.rows[ri], notif_msg)
+
+    def initialize_xfer(self, operation: str, local_descs: nixlXferDList, remote_descs: nixlXferDList,
+                        remote_agent: str, notif_msg: Union[bytes, str] = b"",
+                        backends: Optional[List[str]] = None) -> nixl_xfer_handle:
+        """A transfer between two descriptor lists (pairwise), to remote_agent."""
+        op = self._op(operation)
+        self._check_backends(backends)
+        if not isinstance(local_descs, nixlXferDList) or not isinstance(remote_descs, nixlXferDList):
+            raise nixlInvalidParamError("initialize_xfer takes two nixlXferDList (get_xfer_descs)")
+        if len(local_descs) != len(remote_descs):
+            raise nixlInvalidParamError(f"initialize_xfer: {len(local_descs)} local and {len(remote_descs)} "
+                                        "remote descriptors")
+        with self._lock:
+            if not self._regions.contains(local_descs.rows).all():
+                raise nixlNotFoundError("initialize_xfer: a local descriptor is not registered")
+            if not self._peer(remote_agent).regions.contains(remote_descs.rows).all():
+                raise nixlNotFoundError(f"initialize_xfer: a remote descriptor is not in memory {remote_agent!r} "
+                                        "registered")
+        return self._new_xfer(op, remote_agent, local_descs.rows.copy(), remote_descs.rows.copy(), notif_msg)
+
+    def _op(self, operation: str) -> str:
+        try:
+            return _OPS[operation]
+        except (KeyError, TypeError):
+            raise nixlInvalidParamError(f"operation must be 'READ' or 'WRITE', not {operation!r}") from None
+
+    def _new_xfer(self, op: str, remote: str, lrows: Any, rrows: Any, notif: Any) -> nixl_xfer_handle:
+        if lrows.shape[0] == 0:
+            raise nixlInvalidParamError("a transfer needs at least one descriptor")
+        if (lrows[:, 1] != rrows[:, 1]).any():
+            i = int((lrows[:, 1] != rrows[:, 1]).argmax())
+            raise nixlInvalidParamError(f"descriptor pair {i}: local length {int(lrows[i, 1])} != remote length "
+                                        f"{int(rrows[i, 1])}")
+        x = _Xfer(op, remote, lrows, rrows, _common.as_bytes(notif or b""))
+        with self._lock:
+            h = self._next()
+            self._xfers[h] = x
+        return nixl_xfer_handle(self, h)
+
+    def _xfer(self, handle: nixl_xfer_handle) -> _Xfer:
+        x = self._xfers.get(handle._handle) if isinstance(handle, nixl_xfer_handle) else None
+        if x is None or handle._released:
+            raise nixlInvalidParamError("the transfer handle is released or not this agent's")
+        return x
+
+    def transfer(self, handle: nixl_xfer_handle, notif_msg: Union[bytes, str] = b"") -> str:
+        """Posts the transfer: "PROC" (or "DONE" when already finished).
+        Reposting a finished transfer moves the data again; reposting one
+        still running raises nixlRepostActiveError."""
+        x = self._xfer(handle)
+        if x.batch is not None:
+            if not x.finished and not x.batch.done:
+                raise nixlRepostActiveError("the transfer is still running")
+            _close_quietly(x.batch)
+            x.batch = None
+        msg = _common.as_bytes(notif_msg) if notif_msg else x.notif
+        t0 = time.time_ns()
+        try:
+            seg = self._peer_segment(x.remote)
+            if x.reqs is None or x.reqs["segment"][0] != seg.handle:
+                x.reqs = tent.make_requests(x.op, 0, seg, 0, local_offsets=x.local_rows[:, 0],
+                                            remote_offsets=x.remote_rows[:, 0], lengths=x.local_rows[:, 1])
+            notify = _common.envelope(_common.KIND_USER, self.name, msg) if msg else None
+            x.batch = self._engine.transfer(x.reqs, notify=notify)
+        except nixlBind._nixlError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            raise nixl_error(exc, f"transfer to {x.remote!r}") from None
+        t1 = time.time_ns()
+        x.start_us, x.post_us, x.xfer_us, x.finished = t0 // 1000, (t1 - t0) // 1000, 0, False
+        return "PROC"
+
+    def check_xfer_state(self, handle: nixl_xfer_handle) -> str:
+        """"PROC" while running, "DONE" once all data arrived; a failed
+        transfer raises its NIXL error (nixlRemoteDisconnectError when the
+        peer went away, ...) with tent's message."""
+        x = self._xfer(handle)
+        if x.batch is None:
+            raise nixlNotPostedError("the transfer was not posted")
+        if x.finished:
+            return "DONE"
+        try:
+            if not x.batch.done:
+                return "PROC"
+            x.batch.wait(0)
+        except Exception as exc:  # noqa: BLE001
+            x.finished = True
+            x.xfer_us = time.time_ns() // 1000 - x.start_us
+            raise nixl_error(exc, f"transfer to {x.remote!r}") from None
+        x.finished = True
+        x.xfer_us = time.time_ns() // 1000 - x.start_us
+        return "DONE"
+
+    def get_xfer_telemetry(self, handle: nixl_xfer_handle) -> nixlXferTelemetry:
+        """startTime, postDuration, xferDuration (microseconds), totalBytes,
+        descCount; needs capture_telemetry (or NIXL_TELEMETRY_ENABLE)."""
+        if not self._telemetry:
+            raise nixlNoTelemetryError("telemetry is not enabled (nixl_agent_config(capture_telemetry=True))")
+        x = self._xfer(handle)
+        if x.batch is None:
+            raise nixlNotPostedError("the transfer was not posted")
+        return nixlXferTelemetry(x.start_us, x.post_us, x.xfer_us, x.total_bytes, x.count)
+
+    def query_xfer_backend(self, handle: nixl_xfer_handle) -> str:
+        self._xfer(handle)
+        return next(iter(self.backends), "UCX")
+
+    def estimate_xfer_cost(self, req_handle: nixl_xfer_handle) -> Tuple[int, int, str]:
+        raise nixlNotSupportedError("tent does not estimate transfer costs")
+
+    def release_xfer_handle(self, handle: nixl_xfer_handle) -> None:
+        handle.release()
+
+    def _release_xfer(self, h: int) -> None:
+        with self._lock:
+            x = self._xfers.pop(h, None)
+        if x is not None and x.batch is not None:
+            x.batch.close()  # cancels what still runs and waits, so memory is no longer touched
+
+    # ---- notifications ----
+
+    def _drain(self) -> Dict[str, List[bytes]]:
+        out: Dict[str, List[bytes]] = {}
+        while True:
+            try:
+                n = self._engine.recv_notification(timeout=0)
+            except tent.Timeout:
+                return out
+            except Exception as exc:  # noqa: BLE001
+                raise nixl_error(exc, "get_new_notifs") from None
+            opened = _common.open_envelope(n.message)
+            if opened is not None and opened[0] == _common.KIND_USER:
+                out.setdefault(opened[1], []).append(opened[2])
+            else:
+                out.setdefault(n.sender, []).append(n.message)
+
+    def get_new_notifs(self, backends: Optional[List[str]] = None) -> Dict[str, List[bytes]]:
+        """Notifications received since the last call, {agent name: [messages]}."""
+        self._check_backends(backends)
+        return self._drain()
+
+    def update_notifs(self, backends: Optional[List[str]] = None) -> Dict[str, List[bytes]]:
+        """Adds new notifications to ``self.notifs`` and returns it."""
+        self._check_backends(backends)
+        for k, v in self._drain().items():
+            self.notifs.setdefault(k, []).extend(v)
+        return self.notifs
+
+    def check_remote_xfer_done(self, remote_agent_name: str, lookup_tag: bytes,
+                               backends: Optional[List[str]] = None, tag_is_prefix: bool = True) -> bool:
+        """Whether remote_agent_name's notification with this tag (a prefix,
+        or a substring) arrived; removes that one notification."""
+        self.update_notifs(backends)
+        tag = _common.as_bytes(lookup_tag)
+        msgs = self.notifs.get(remote_agent_name, [])
+        for m in msgs:
+            if (tag_is_prefix and m.startswith(tag)) or (not tag_is_prefix and tag in m):
+                msgs.remove(m)
+                return True
+        return False
+
+    def send_notif(self, remote_agent_name: str, notif_msg: Union[bytes, str], backend: Optional[str] = None) -> None:
+        """A notification not bound to a transfer (after the transfers this
+        agent already completed to that peer)."""
+        if backend is not None:
+            self._check_backends([backend])
+        seg = self._peer_segment(remote_agent_name)
+        try:
+            self._engine.notify(seg, _common.envelope(_common.KIND_USER, self.name, _common.as_bytes(notif_msg)))
+        except Exception as exc:  # noqa: BLE001
+            raise nixl_error(exc, f"send_notif to {remote_agent_name!r}") from None
+
+    @staticmethod
+    def _tensor_mem_type(tensor: Any) -> str:
+        return "DRAM" if tensor.get_device() == -1 else "VRAM"
+
+
+def _close_quietly(obj: Any) -> None:
+    try:
+        obj.close()
+    except Exception as exc:  # noqa: BLE001
+        logger.warning("releasing %r: %s", obj, exc)
+
+
+def _b64(b: bytes) -> str:
+    return base64.b64encode(b).decode()
+
+
+# ---- the listen thread's side channel -------------------------------------------
+#
+# One request per connection: a frame (4-byte big-endian length, then a
+# tent blob of kind "nixl-<op>"), answered by one frame of kind
+# "nixl-reply". Signed like every blob when a secret is configured.
+
+_LEN = struct.Struct(">I")
+
+
+def _send_frame(sock: socket.socket, data: bytes) -> None:
+    sock.sendall(_LEN.pack(len(data)) + data)
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    out = bytearray()
+    while len(out) < n:
+        chunk = sock.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("the peer closed the side channel")
+        out += chunk
+    return bytes(out)
+
+
+def _recv_frame(sock: socket.socket) -> bytes:
+    (n,) = _LEN.unpack(_recv_exact(sock, _LEN.size))
+    if n > _MAX_FRAME:
+        raise ConnectionError(f"a side-channel frame of {n} bytes")
+    return _recv_exact(sock, n)
+
+
+def _side_call(ip: str, port: int, op: str, body: Dict[str, Any], secret: Optional[bytes]) -> Dict[str, Any]:
+    with socket.create_connection((ip, port), timeout=_SIDE_CHANNEL_TIMEOUT_S) as s:
+        _send_frame(s, _blob.encode(f"nixl-{op}", body, secret))
+        _, reply = _blob.decode(_recv_frame(s), secret, "nixl-reply")
+    if not isinstance(reply, dict):
+        raise ConnectionError("malformed side-channel reply")
+    return reply
+
+
+class _Listener:
+    """The listen thread: serves send/fetch/invalidate of agent metadata."""
+
+    def __init__(self, agent: nixl_agent, host: str, port: int) -> None:
+        self._agent = agent
+        fam = socket.AF_INET6 if ":" in host.strip("[]") else socket.AF_INET
+        self._sock = socket.socket(fam, socket.SOCK_STREAM)
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            self._sock.bind((host.strip("[]"), port))
+            self._sock.listen(16)
+        except OSError as exc:
+            self._sock.close()
+            raise nixlBackendError(f"NIXL_ERR_BACKEND: listen thread cannot listen on {host}:{port}: {exc}") from None
+        self._sock.settimeout(0.2)
+        self.port = int(self._sock.getsockname()[1])
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tent-nixl-listen", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(_SIDE_CHANNEL_TIMEOUT_S)
+                try:
+                    kind, body = _blob.decode(_recv_frame(conn), self._agent._secret)
+                    if not kind.startswith("nixl-") or not isinstance(body, dict):
+                        raise ValueError(f"unexpected side-channel request {kind!r}")
+                    reply = self._agent._serve_side(kind[len("nixl-"):], body)
+                except Exception as exc:  # noqa: BLE001 - one bad peer does not stop the thread
+                    logger.warning("side channel: %s", exc)
+                    reply = {"ok": False, "error": str(exc)}
+                try:
+                    _send_frame(conn, _blob.encode("nixl-reply", reply, self._agent._secret))
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+        self._sock.close()
