@@ -222,9 +222,14 @@ test-fork: $(LIB)
 #                   build/libtent.so (platform tag: python/tools/wheel_tag.py)
 # make test-python  installs that wheel into a fresh venv (build/venv-test,
 #                   with numpy, pytest and matplotlib) and runs tests/python against it
+# make wheel also builds dist/tent_compat-<version>-py3-none-any.whl: the
+#                   top-level mooncake and nixl shim packages on tent
+#                   (python/compat-shim; docs/COMPAT.md), which test-python
+#                   installs next to the tent wheel
 
 PY_VERSION   = $(shell sed -n 's/^__version__ = "\(.*\)"/\1/p' python/tent/_version.py)
 WHEEL_GLOB   = dist/tent-$(PY_VERSION)-py3-none-*.whl
+COMPAT_WHEEL = dist/tent_compat-$(PY_VERSION)-py3-none-any.whl
 VENV_BUILD  := $(BUILD)/venv-build
 VENV_TEST   := $(BUILD)/venv-test
 PY_SRCS     := $(shell find python -name '*.py' -not -path '*/build/*') python/pyproject.toml python/README.md
@@ -257,15 +262,22 @@ $(BUILD)/wheel.stamp: $(LIB) $(HEADER) $(CPP_HPP) $(PY_SRCS) $(VENV_BUILD)/.stam
 	@ls $(WHEEL_GLOB)
 	touch $@
 
+$(COMPAT_WHEEL): $(PY_SRCS) $(VENV_BUILD)/.stamp
+	rm -rf python/compat-shim/build dist/tent_compat-*.whl
+	$(VENV_BUILD)/bin/python -m pip wheel -q --no-deps --no-build-isolation -w dist ./python/compat-shim
+	rm -rf python/compat-shim/build python/compat-shim/*.egg-info
+	@ls $@
+
 .PHONY: wheel
-wheel: $(BUILD)/wheel.stamp
+wheel: $(BUILD)/wheel.stamp $(COMPAT_WHEEL)
 
 # (bench/bench.mk adds the benchmark tools that test_bench.py drives)
 test-python: wheel $(VENV_TEST)/.stamp
 	$(VENV_TEST)/bin/python -m pip install -q mypy==2.4.1
 	cd python && $(CURDIR)/$(VENV_TEST)/bin/python -m mypy   # the package's type hints ([tool.mypy] in pyproject.toml)
-	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
-	cd tests/python && TENT_WHEEL="$$(ls $(CURDIR)/$(WHEEL_GLOB))" TENT_SOURCE_DIR=$(CURDIR) \
+	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB) $(COMPAT_WHEEL)
+	cd tests/python && TENT_WHEEL="$$(ls $(CURDIR)/$(WHEEL_GLOB))" TENT_COMPAT_WHEEL=$(CURDIR)/$(COMPAT_WHEEL) \
+	  TENT_SOURCE_DIR=$(CURDIR) \
 	  $(CURDIR)/$(VENV_TEST)/bin/python -m pytest -q -p no:cacheprovider .
 
 # ---- Install: the library, both headers, the CMake package, pkg-config ----

@@ -433,7 +433,7 @@ class TransferEngine:
         return self._sync_one("read", target_hostname, buffer, peer_buffer_address, length, transport_hint)
 
     def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
-                      opcode: TransferOpcode, notify: Optional[TransferNotify] = None,
+                      opcode: int, notify: Optional[TransferNotify] = None,
                       transport_hint: str = "") -> int:
         """One transfer of either direction, with an optional notify the
         peer receives (get_notifies) after the data."""
@@ -453,7 +453,7 @@ class TransferEngine:
         return self._sync_many("read", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
 
     def batch_transfer_sync(self, target_hostname: str, buffers: List[int], peer_buffer_addresses: List[int],
-                            lengths: List[int], opcode: TransferOpcode, notify: Optional[TransferNotify] = None,
+                            lengths: List[int], opcode: int, notify: Optional[TransferNotify] = None,
                             transport_hint: str = "") -> int:
         return self._sync_many(_op(opcode), target_hostname, buffers, peer_buffer_addresses, lengths,
                                transport_hint, notify)
@@ -471,7 +471,7 @@ class TransferEngine:
         return self._submit("read", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
 
     def batch_transfer_async(self, target_hostname: str, buffers: List[int], peer_buffer_addresses: List[int],
-                             lengths: List[int], opcode: TransferOpcode, transport_hint: str = "") -> int:
+                             lengths: List[int], opcode: int, transport_hint: str = "") -> int:
         return self._submit(_op(opcode), target_hostname, buffers, peer_buffer_addresses, lengths,
                             transport_hint)
 

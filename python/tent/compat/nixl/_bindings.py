@@ -92,22 +92,52 @@ class _nixlError(Exception):  # noqa: N801
         self.tent_error = tent_error
 
 
-def _error(name: str, status: nixl_status_t) -> type:
-    return type(name, (_nixlError,), {"status": status, "__module__": __name__})
+class nixlNotPostedError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_NOT_POSTED
 
 
-nixlNotPostedError = _error("nixlNotPostedError", nixl_status_t.NIXL_ERR_NOT_POSTED)
-nixlInvalidParamError = _error("nixlInvalidParamError", nixl_status_t.NIXL_ERR_INVALID_PARAM)
-nixlBackendError = _error("nixlBackendError", nixl_status_t.NIXL_ERR_BACKEND)
-nixlNotFoundError = _error("nixlNotFoundError", nixl_status_t.NIXL_ERR_NOT_FOUND)
-nixlMismatchError = _error("nixlMismatchError", nixl_status_t.NIXL_ERR_MISMATCH)
-nixlNotAllowedError = _error("nixlNotAllowedError", nixl_status_t.NIXL_ERR_NOT_ALLOWED)
-nixlRepostActiveError = _error("nixlRepostActiveError", nixl_status_t.NIXL_ERR_REPOST_ACTIVE)
-nixlUnknownError = _error("nixlUnknownError", nixl_status_t.NIXL_ERR_UNKNOWN)
-nixlNotSupportedError = _error("nixlNotSupportedError", nixl_status_t.NIXL_ERR_NOT_SUPPORTED)
-nixlRemoteDisconnectError = _error("nixlRemoteDisconnectError", nixl_status_t.NIXL_ERR_REMOTE_DISCONNECT)
-nixlCancelledError = _error("nixlCancelledError", nixl_status_t.NIXL_ERR_CANCELED)
-nixlNoTelemetryError = _error("nixlNoTelemetryError", nixl_status_t.NIXL_ERR_NO_TELEMETRY)
+class nixlInvalidParamError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_INVALID_PARAM
+
+
+class nixlBackendError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_BACKEND
+
+
+class nixlNotFoundError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_NOT_FOUND
+
+
+class nixlMismatchError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_MISMATCH
+
+
+class nixlNotAllowedError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_NOT_ALLOWED
+
+
+class nixlRepostActiveError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_REPOST_ACTIVE
+
+
+class nixlUnknownError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_UNKNOWN
+
+
+class nixlNotSupportedError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_NOT_SUPPORTED
+
+
+class nixlRemoteDisconnectError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_REMOTE_DISCONNECT
+
+
+class nixlCancelledError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_CANCELED
+
+
+class nixlNoTelemetryError(_nixlError):  # noqa: N801
+    status = nixl_status_t.NIXL_ERR_NO_TELEMETRY
 
 
 # ---- telemetry --------------------------------------------------------------
