@@ -64,9 +64,10 @@ class PeerProcess:
         self.proc.wait(timeout=self.timeout)
 
     def stderr(self):
-        if self.proc.poll() is None:
+        """The peer's stderr so far (without blocking), for failure messages."""
+        if not select.select([self.proc.stderr], [], [], 0)[0]:
             return ""
-        return self.proc.stderr.read()[-2000:]
+        return os.read(self.proc.stderr.fileno(), 1 << 16).decode("utf-8", "replace")[-2000:]
 
     def close(self):
         if self.proc.poll() is None:

@@ -89,7 +89,7 @@ def test_async_batches_first_buffer_and_notify(peers, etcd):
     try:
         # the peer's first registered buffer, asked of the peer itself
         dst = engine.get_first_buffer_address(target_host)
-        assert dst == target.ready["ptrs"][0]
+        assert dst == target.ready["ptrs"][0], (engine.last_error, target.stderr())
         src = engine.allocate_managed_buffer(8 * 4096)
         assert src != 0
         assert engine.get_first_buffer_address(init_host) == src

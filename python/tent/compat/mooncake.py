@@ -50,8 +50,9 @@ P2PHANDSHAKE = "P2PHANDSHAKE"
 _CHECK_DONE, _CHECK_PENDING, _CHECK_FAILED, _CHECK_TIMEOUT = 1, 0, -1, -2
 _FAIL = -1
 
-# How long get_first_buffer_address waits for a peer's answer.
-_QUERY_TIMEOUT_S = 5.0
+# How long get_first_buffer_address waits for a peer's answer without a
+# configured deadline (tent's default request deadline).
+_DEFAULT_DEADLINE_S = 30.0
 # How often the notification pump returns to check for close().
 _PUMP_SLICE_S = 0.2
 
@@ -581,9 +582,10 @@ class TransferEngine:
         seg = self._segment(segment_name)
         nonce = uuid.uuid4().hex
         e.notify(seg, _common.envelope(_common.KIND_QUERY, nonce, b""))
+        wait = _common.timeout() or _DEFAULT_DEADLINE_S
         with self._answered:
-            if not self._answered.wait_for(lambda: nonce in self._answers, _QUERY_TIMEOUT_S):
-                raise tent.Timeout(f"{segment_name} did not answer within {_QUERY_TIMEOUT_S} s")
+            if not self._answered.wait_for(lambda: nonce in self._answers, wait):
+                raise tent.Timeout(f"{segment_name} did not answer within {wait} s")
             body = self._answers.pop(nonce)
         return int(json.loads(body)["first_buffer"])
 
