@@ -14,9 +14,10 @@ Environment (read when an engine/agent is created):
 
 from __future__ import annotations
 
+import functools
 import os
 import struct
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Tuple
 
 import tent
 
@@ -104,20 +105,102 @@ def as_bytes(msg: Any) -> bytes:
 # ---- request arrays -----------------------------------------------------------
 
 
-def requests(op: str, segment: tent.Segment, local_addrs: Sequence[int], remote_addrs: Sequence[int],
-             lengths: Sequence[int]) -> Any:
+def requests(op: str, segment: tent.Segment, local_addrs: Any, remote_addrs: Any, lengths: Any) -> Any:
     """One request array for ``Engine.transfer`` from three parallel
-    sequences of raw addresses/lengths (numpy, vectorized)."""
+    sequences of raw addresses/lengths (lists or numpy arrays).
+
+    Checks what ctypes could not represent (negative or non-integer values,
+    lengths of zero, ranges running past 2**64); whether the local ranges
+    are registered is checked by tent itself, the remote ones by the peer.
+    The array is written as rows of five 64-bit words (tent_request's
+    layout, checked once in ``_request_words``) from one conversion of the
+    three lists: the per-call cost that the Mooncake and NIXL calls add to
+    tent's own.
+    """
     import numpy as np
 
-    la = np.asarray(local_addrs, dtype=np.uint64).reshape(-1)
-    ra = np.asarray(remote_addrs, dtype=np.uint64).reshape(-1)
-    ln = np.asarray(lengths, dtype=np.uint64).reshape(-1)
-    if not (la.shape == ra.shape == ln.shape):
-        raise tent.InvalidArgument(
-            f"{la.shape[0]} local addresses, {ra.shape[0]} remote addresses and {ln.shape[0]} lengths: "
-            "the lists must have one entry each per transfer")
-    return tent.make_requests(op, 0, segment, 0, local_offsets=la, remote_offsets=ra, lengths=ln)
+    cols: Any = None
+    if type(local_addrs) is list and type(remote_addrs) is list and type(lengths) is list:
+        try:
+            cols = np.array((local_addrs, remote_addrs, lengths))
+        except ValueError:  # ragged: the lengths differ, said below
+            cols = None
+        if cols is not None and (cols.ndim != 2 or cols.dtype.kind != "i" or (cols.size and cols.min() < 0)):
+            cols = None  # floats, bools, huge or negative values: the checked path says which
+        if cols is not None:
+            # non-negative int64 values: no range can run past 2**64
+            if cols.shape[1] and not cols[2].all():
+                raise tent.InvalidArgument(f"transfer {int(np.argmin(cols[2]))}: length 0")
+            return request_words(op, segment, cols)
+    if cols is None:
+        la, ra, ln = (_u64_column(np, x, what) for x, what in
+                      ((local_addrs, "local addresses"), (remote_addrs, "remote addresses"), (lengths, "lengths")))
+        if not (la.shape == ra.shape == ln.shape):
+            raise tent.InvalidArgument(
+                f"{la.shape[0]} local addresses, {ra.shape[0]} remote addresses and {ln.shape[0]} lengths: "
+                "the lists must have one entry each per transfer")
+        cols = np.stack((la, ra, ln)) if la.shape[0] else np.zeros((3, 0), dtype=np.uint64)
+    la, ra, ln = cols[0], cols[1], cols[2]
+    if ln.shape[0] and not ln.all():
+        raise tent.InvalidArgument(f"transfer {int(np.argmin(ln))}: length 0")
+    limit = np.uint64(_U64_MAX) - ln
+    if (la > limit).any() or (ra > limit).any():
+        raise tent.InvalidArgument("a range runs past 2**64")
+    return request_words(op, segment, cols)
+
+
+def request_words(op: str, segment: tent.Segment, cols: Any) -> Any:
+    """The request array from a checked 3 x n uint64 array of columns (local
+    addresses, remote addresses, lengths): rows of (opcode, local, segment,
+    remote, length) words."""
+    import numpy as np
+
+    words = np.empty((cols.shape[1], 5), dtype=np.uint64)
+    words[:, _COLUMNS] = cols.T
+    words[:, 0] = tent.WRITE if op == "write" else tent.READ  # opcode, reserved = 0 (little-endian)
+    words[:, 2] = segment.handle
+    return words.view(_request_words()).reshape(-1)
+
+
+_COLUMNS = [1, 3, 4]
+
+
+@functools.lru_cache(maxsize=1)
+def _request_words() -> Any:
+    """tent.request_dtype, checked (once) to be five little-endian 64-bit words."""
+    import sys
+
+    dt = tent.request_dtype
+    offsets = {name: dt.fields[name][1] for name in dt.names}
+    if (sys.byteorder != "little" or dt.itemsize != 40 or offsets != {
+            "opcode": 0, "reserved": 4, "local_addr": 8, "segment": 16, "remote_addr": 24, "length": 32}):
+        raise tent.InternalError(f"tent_request's layout is not the one tent.compat writes: {dt}")
+    return dt
+
+
+_U64_MAX = (1 << 64) - 1
+
+
+def _u64_column(np: Any, values: Any, what: str) -> Any:
+    """values as a 1-D uint64 array; negative or non-integer values refused
+    (a float would be truncated silently by a uint64 conversion)."""
+    arr = values if isinstance(values, np.ndarray) else np.asarray(values)
+    arr = arr.reshape(-1)
+    if arr.dtype.kind == "u":
+        return arr.astype(np.uint64, copy=False)
+    if arr.dtype.kind == "i":
+        if arr.size and arr.min() < 0:
+            raise tent.InvalidArgument(f"{what} must not be negative")
+        return arr.astype(np.uint64)
+    if arr.dtype.kind == "O" and all(isinstance(v, int) and not isinstance(v, bool) for v in arr):
+        try:
+            return arr.astype(np.uint64)
+        except (OverflowError, ValueError):
+            pass
+        raise tent.InvalidArgument(f"{what} must be integers in 0 .. 2**64-1")
+    if arr.size == 0:
+        return arr.astype(np.uint64)
+    raise TypeError(f"{what} must be integers, not {arr.dtype}")
 
 
 def split_host_port(hostname: str) -> Tuple[str, int]:

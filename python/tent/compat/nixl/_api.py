@@ -70,6 +70,10 @@ _MEMS = {"DRAM": nixlBind.DRAM_SEG, "VRAM": nixlBind.VRAM_SEG, "FILE": nixlBind.
 _OPS = {"WRITE": "write", "READ": "read"}
 _MAX_FRAME = 16 << 20
 _SIDE_CHANNEL_TIMEOUT_S = 5.0
+# check_xfer_state: polls closer together than this are a spinning client,
+# answered by a blocking wait of at most _SPIN_WAIT_S.
+_SPIN_GAP_S = 0.0002
+_SPIN_WAIT_S = 0.001
 
 
 def _is_torch_tensor(obj: object) -> bool:
@@ -245,20 +249,22 @@ class _Dlist:
 
 
 class _Xfer:
-    def __init__(self, op: str, remote: str, local_rows: Any, remote_rows: Any, notif: bytes) -> None:
+    """A transfer request: its columns (local addresses, remote addresses,
+    lengths; checked when made) and, once posted, its tent batch."""
+
+    def __init__(self, op: str, remote: str, cols: Any, notif: bytes) -> None:
         self.op = op
         self.remote = remote
-        self.local_rows = local_rows
-        self.remote_rows = remote_rows
+        self.cols = cols
         self.notif = notif
         self.reqs: Any = None
+        self.segment = 0  # the handle reqs were built for
         self.batch: Optional[tent.Batch] = None
         self.start_us = 0
         self.post_us = 0
         self.xfer_us = 0
         self.finished = False
-        self.total_bytes = int(local_rows[:, 1].sum()) if local_rows.shape[0] else 0
-        self.count = int(local_rows.shape[0])
+        self.polled = 0.0  # time.monotonic() of the last "PROC" answer
 
 
 def _mem_name(mem: Any) -> str:
@@ -795,15 +801,22 @@ class nixl_agent:  # noqa: N801
                                             "the remote side with the remote (or this) agent's name")
             remote = rd.agent
             self._peer(remote)
-        li = np.asarray(local_indices, dtype=np.int64).reshape(-1)
-        ri = np.asarray(remote_indices, dtype=np.int64).reshape(-1)
+        try:
+            li = np.asarray(local_indices, dtype=np.int64).reshape(-1)
+            ri = np.asarray(remote_indices, dtype=np.int64).reshape(-1)
+        except (TypeError, ValueError, OverflowError):
+            raise nixlInvalidParamError("make_prepped_xfer: indices must be integers") from None
         if li.shape != ri.shape:
             raise nixlInvalidParamError(f"make_prepped_xfer: {li.shape[0]} local and {ri.shape[0]} remote indices")
-        for name, idx, rows in (("local", li, ld.rows), ("remote", ri, rd.rows)):
-            if idx.size and (idx.min() < 0 or idx.max() >= rows.shape[0]):
-                raise nixlInvalidParamError(f"make_prepped_xfer: a {name} index is outside its list of "
-                                            f"{rows.shape[0]} descriptors")
-        return self._new_xfer(op, remote, ld.rows[li], rd.rows[ri], notif_msg)
+        try:
+            if li.size and min(li.min(), ri.min()) < 0:
+                raise IndexError("negative")
+            lrows = ld.rows.take(li, axis=0)  # raises IndexError past the end
+            rrows = rd.rows.take(ri, axis=0)
+        except IndexError:
+            raise nixlInvalidParamError(f"make_prepped_xfer: an index is outside its list of {ld.rows.shape[0]} "
+                                        f"local / {rd.rows.shape[0]} remote descriptors") from None
+        return self._new_xfer(op, remote, lrows, rrows, notif_msg)
 
     def initialize_xfer(self, operation: str, local_descs: nixlXferDList, remote_descs: nixlXferDList,
                         remote_agent: str, notif_msg: Union[bytes, str] = b"",
@@ -831,13 +844,17 @@ class nixl_agent:  # noqa: N801
             raise nixlInvalidParamError(f"operation must be 'READ' or 'WRITE', not {operation!r}") from None
 
     def _new_xfer(self, op: str, remote: str, lrows: Any, rrows: Any, notif: Any) -> nixl_xfer_handle:
+        import numpy as np
+
         if lrows.shape[0] == 0:
             raise nixlInvalidParamError("a transfer needs at least one descriptor")
         if (lrows[:, 1] != rrows[:, 1]).any():
             i = int((lrows[:, 1] != rrows[:, 1]).argmax())
             raise nixlInvalidParamError(f"descriptor pair {i}: local length {int(lrows[i, 1])} != remote length "
                                         f"{int(rrows[i, 1])}")
-        x = _Xfer(op, remote, lrows, rrows, _common.as_bytes(notif or b""))
+        cols = np.empty((3, lrows.shape[0]), dtype=np.uint64)
+        cols[0], cols[1], cols[2] = lrows[:, 0], rrows[:, 0], lrows[:, 1]
+        x = _Xfer(op, remote, cols, _common.as_bytes(notif or b""))
         with self._lock:
             h = self._next()
             self._xfers[h] = x
@@ -863,9 +880,8 @@ class nixl_agent:  # noqa: N801
         t0 = time.time_ns()
         try:
             seg = self._peer_segment(x.remote)
-            if x.reqs is None or x.reqs["segment"][0] != seg.handle:
-                x.reqs = tent.make_requests(x.op, 0, seg, 0, local_offsets=x.local_rows[:, 0],
-                                            remote_offsets=x.remote_rows[:, 0], lengths=x.local_rows[:, 1])
+            if x.reqs is None or x.segment != seg.handle:
+                x.reqs, x.segment = _common.request_words(x.op, seg, x.cols), seg.handle
             notify = _common.envelope(_common.KIND_USER, self.name, msg) if msg else None
             x.batch = self._engine.transfer(x.reqs, notify=notify)
         except nixlBind._nixlError:
@@ -886,7 +902,7 @@ class nixl_agent:  # noqa: N801
         if x.finished:
             return "DONE"
         try:
-            if not x.batch.done:
+            if not x.batch.done and not self._wait_if_spinning(x):
                 return "PROC"
             x.batch.wait(0)
         except Exception as exc:  # noqa: BLE001
@@ -897,6 +913,31 @@ class nixl_agent:  # noqa: N801
         x.xfer_us = time.time_ns() // 1000 - x.start_us
         return "DONE"
 
+    @staticmethod
+    def _wait_if_spinning(x: _Xfer) -> bool:
+        """True once x finished. A client polling in a tight loop (again
+        within _SPIN_GAP_S) is answered by a short blocking wait instead,
+        which returns the moment the batch finishes: the same answer, without
+        a core spent spinning that tent's copies need. Polls spaced further
+        apart (a scheduler's step) never block."""
+        batch = x.batch
+        assert batch is not None  # posted: check_xfer_state checked
+        now = time.monotonic()
+        spinning = now - x.polled < _SPIN_GAP_S
+        x.polled = now
+        if not spinning:
+            return False
+        try:
+            batch.wait(_SPIN_WAIT_S)
+        except tent.Timeout:
+            # Still running then, or finished just after (perhaps a request
+            # that timed out): the caller's wait(0) gives the outcome.
+            x.polled = time.monotonic()
+            return batch.done
+        except Exception:  # noqa: BLE001 - a failed request: the caller's wait(0) raises it
+            return True
+        return True
+
     def get_xfer_telemetry(self, handle: nixl_xfer_handle) -> nixlXferTelemetry:
         """startTime, postDuration, xferDuration (microseconds), totalBytes,
         descCount; needs capture_telemetry (or NIXL_TELEMETRY_ENABLE)."""
@@ -905,7 +946,7 @@ class nixl_agent:  # noqa: N801
         x = self._xfer(handle)
         if x.batch is None:
             raise nixlNotPostedError("the transfer was not posted")
-        return nixlXferTelemetry(x.start_us, x.post_us, x.xfer_us, x.total_bytes, x.count)
+        return nixlXferTelemetry(x.start_us, x.post_us, x.xfer_us, int(x.cols[2].sum()), int(x.cols.shape[1]))
 
     def query_xfer_backend(self, handle: nixl_xfer_handle) -> str:
         self._xfer(handle)
