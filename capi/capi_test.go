@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/core/coretest"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/tcp"
 )
 
 const rw = 3 // TENT_REMOTE_READ | TENT_REMOTE_WRITE
@@ -41,7 +43,7 @@ func lastFake() *coretest.Fake {
 }
 
 func TestMain(m *testing.M) {
-	core.RegisterTransport("fake", func() core.Transport {
+	testTransports.Store(&[]core.TransportSpec{{Name: "fake", ID: 100, Rank: 100, New: func() core.Transport {
 		f := coretest.NewFake("fake")
 		fakesMu.Lock()
 		if fakeFault != nil {
@@ -50,7 +52,7 @@ func TestMain(m *testing.M) {
 		fakes = append(fakes, f)
 		fakesMu.Unlock()
 		return f
-	})
+	}}})
 	code := m.Run()
 	if n := table.Len(); code == 0 && n != 0 {
 		fmt.Fprintf(os.Stderr, "leak: %d handles are still in the table after the tests\n", n)
@@ -169,7 +171,14 @@ func TestTransportNames(t *testing.T) {
 func TestEngineOptionsMapping(t *testing.T) {
 	o, err := mapOptions(nil)
 	require.NoError(t, err)
+	available := o.Available
+	o.Available = nil
 	require.Equal(t, core.Options{}, o, "NULL options are the core's defaults")
+	names := make([]string, len(available))
+	for i, s := range available {
+		names[i] = s.Name
+	}
+	require.Subset(t, names, []string{"local", "cuda", "shm", "tcp"}, "NULL options offer every built-in transport")
 
 	o, err = mapOptions(&cOptions{
 		Name: strp("eng"), ListenAddr: strp("127.0.0.1:0"), Metadata: strp("etcd://h1:2379,h2:2379"),
@@ -185,7 +194,11 @@ func TestEngineOptionsMapping(t *testing.T) {
 	require.Equal(t, []byte("s3cret\x00x"), o.Secret, "secret bytes copied, NUL included")
 	require.Equal(t, "1.5s", o.DefaultTimeout.String())
 	require.Equal(t, "20ms", o.UnregisterTimeout.String())
-	require.Equal(t, 8, o.TCPStreams)
+	i := slices.IndexFunc(o.Available, func(s core.TransportSpec) bool { return s.Name == tcp.Name })
+	require.GreaterOrEqual(t, i, 0, "tcp is available")
+	tr, ok := o.Available[i].New().(*tcp.Transport)
+	require.True(t, ok)
+	require.Equal(t, 8, tr.Options().Streams, "tcp_streams reaches the tcp transport's options")
 
 	u64 := func(v uint64) *uint64 { return &v }
 	bad := []struct {

@@ -83,7 +83,7 @@ func tentgo_engine_create(opts C.uintptr_t, out C.uintptr_t) (st C.tent_status) 
 // engineOptions maps tent_engine_options at a to core.Options. 0 (NULL)
 // means defaults. Strings and the secret are copied.
 func engineOptions(a uintptr) (core.Options, error) {
-	var o core.Options
+	o := core.Options{Available: transportSpecs(0)}
 	if a == 0 {
 		return o, nil
 	}
@@ -154,7 +154,7 @@ func engineOptions(a uintptr) (core.Options, error) {
 	if p.tcpStreams > maxTCPStreams {
 		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.tcp_streams is %d, at most %d", p.tcpStreams, maxTCPStreams)
 	}
-	o.TCPStreams = int(p.tcpStreams)
+	o.Available = transportSpecs(p.tcpStreams)
 	return o, nil
 }
 

@@ -215,9 +215,9 @@ func transferOptions(a uintptr) (core.TransferOptions, error) {
 		return o, err
 	}
 	if set {
-		if core.TransportID(t) == core.TransportNone {
+		if !knownTransport(t) {
 			return o, status.Errorf(status.InvalidArgument,
-				"tent_transfer_options.transport is %q: want \"local\", \"shm\", \"tcp\", \"cuda\" or NULL", t)
+				"tent_transfer_options.transport is %q: want one of %q or NULL", t, transportNames())
 		}
 		o.Transport = t
 	}

@@ -7,14 +7,15 @@ import "C"
 
 import (
 	"runtime/debug"
+	"slices"
 	"strings"
+	"sync/atomic"
 
-	// The transports built into libtent.so; each registers itself with
-	// core, which orders them by preference (core.AvailableTransports).
-	_ "github.com/tent-dev/tent/transport/cuda"
-	_ "github.com/tent-dev/tent/transport/local"
-	_ "github.com/tent-dev/tent/transport/shm"
-	_ "github.com/tent-dev/tent/transport/tcp"
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/transport/cuda"
+	"github.com/tent-dev/tent/transport/local"
+	"github.com/tent-dev/tent/transport/shm"
+	"github.com/tent-dev/tent/transport/tcp"
 )
 
 //export tentgo_engine_transports
@@ -42,3 +43,39 @@ func (e *engine) transportList() string {
 	}
 	return strings.Join(names, ",")
 }
+
+// transportSpecs lists the transports built into libtent.so, each declared
+// by its package's spec with the options tent_engine_options gives it; core
+// orders them by rank. A transport added to the library is added here.
+func transportSpecs(tcpStreams uint32) []core.TransportSpec {
+	specs := []core.TransportSpec{
+		local.Spec(),
+		cuda.Spec(),
+		shm.Spec(),
+		tcp.Spec(tcp.Options{Streams: int(tcpStreams)}),
+	}
+	if extra := testTransports.Load(); extra != nil {
+		specs = append(specs, *extra...)
+	}
+	return specs
+}
+
+// knownTransport reports whether name is a transport of the library, for
+// checking tent_transfer_options.transport before anything is submitted.
+func knownTransport(name string) bool {
+	return slices.ContainsFunc(transportSpecs(0), func(s core.TransportSpec) bool { return s.Name == name })
+}
+
+// transportNames lists the library's transport names, for messages.
+func transportNames() []string {
+	var out []string
+	for _, s := range transportSpecs(0) {
+		out = append(out, s.Name)
+	}
+	return out
+}
+
+// testTransports, when set by a test, are offered to every engine created
+// after it, beside the built-in ones (fault-injecting fakes driven through
+// the C path).
+var testTransports atomic.Pointer[[]core.TransportSpec]

@@ -2,6 +2,15 @@
 // interface, segments and transfer batches. It knows nothing of C; package
 // capi adapts it to the C ABI, and the transport packages plug into it.
 //
+// Core names no transport. Each declares itself in a TransportSpec (name,
+// id, rank, channel kinds, constructor with its options bound in) that its
+// package exports; the program building an engine lists the specs in
+// Options.Available. The list is an engine option rather than a registry
+// that packages fill from init, so that nothing an import does changes an
+// engine, engines of one process can differ, and New can check the list
+// (unique names, ids and channel kinds) and refuse a collision before any
+// connection is routed by it.
+//
 // Registration is the heart of it. The index holds committed regions and
 // in-flight reservations side by side, disjoint, ordered by address, so one
 // O(log n) lookup answers "does [a, b) touch anything?". A registration:

@@ -27,7 +27,13 @@ type Options struct {
 	// Metadata is "p2p" (default) or "etcd://host:port[,host:port...]".
 	Metadata       string
 	MetadataPrefix string
-	// Transports to install, in preference order; nil means all available.
+	// Available is the transports this engine may install, each declared
+	// by its package's spec (tcp.Spec(...)): name, id, rank, channel kinds
+	// and the transport's own options. An engine is built with no
+	// transport it is not given here.
+	Available []TransportSpec
+	// Transports names the ones to install, in preference order; nil means
+	// all of Available in rank order.
 	Transports []string
 	// Secret, when set, is required of every peer (HMAC challenge-response).
 	Secret []byte
@@ -35,8 +41,6 @@ type Options struct {
 	DefaultTimeout time.Duration
 	// UnregisterTimeout bounds how long unregistering waits for transfers.
 	UnregisterTimeout time.Duration
-	// TCPStreams is the number of connections per peer for large requests.
-	TCPStreams int
 	// MaxUnauthenticated bounds, per listener (the engine's and each
 	// transport's), the connections between accept and the end of their
 	// handshake; past it the oldest of them is closed. Default 64.
@@ -72,17 +76,11 @@ func (o *Options) withDefaults() Options {
 	if c.UnregisterTimeout <= 0 {
 		c.UnregisterTimeout = DefaultUnregisterTimeout
 	}
-	if c.TCPStreams <= 0 {
-		c.TCPStreams = 4
-	}
 	if c.MaxUnauthenticated <= 0 {
 		c.MaxUnauthenticated = acceptloop.DefaultMaxUnauthenticated
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = acceptloop.DefaultHandshakeTimeout
-	}
-	if c.Transports == nil {
-		c.Transports = AvailableTransports()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
@@ -95,6 +93,7 @@ func (o *Options) withDefaults() Options {
 // ErrClosed.
 type Engine struct {
 	opts        Options
+	available   *transportSet
 	name        string
 	incarnation uint64
 	srv         *server
@@ -143,12 +142,19 @@ func New(o Options) (*Engine, error) {
 	if err != nil {
 		return nil, err
 	}
+	available, err := newTransportSet(opts.Available)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Transports == nil {
+		opts.Transports = available.names()
+	}
 	e := &Engine{
 		opts: opts, index: newIndex(), regions: map[*Region]struct{}{},
 		notes: newNotifyQueue(), peers: map[string]*Peer{}, segments: map[*Segment]struct{}{},
 		batches: map[*Batch]struct{}{}, links: map[*link]struct{}{},
 		subscribers: map[chan struct{}]struct{}{}, allocs: map[*Allocation]struct{}{},
-		installing: map[string]bool{}, mem: mem,
+		installing: map[string]bool{}, mem: mem, available: available,
 	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
@@ -232,12 +238,12 @@ func (e *Engine) installAll() error {
 			return status.Errorf(status.InvalidArgument, "transport %q listed twice", name)
 		}
 		seen[name] = true
-		f, ok := lookupFactory(name)
+		spec, ok := e.available.lookup(name)
 		if !ok {
 			e.uninstallAll()
-			return status.Errorf(status.NotFound, "unknown transport %q (available: %v)", name, AvailableTransports())
+			return status.Errorf(status.NotFound, "unknown transport %q (available: %v)", name, e.available.names())
 		}
-		if err := e.Install(f()); err != nil {
+		if err := e.Install(spec.New()); err != nil {
 			e.uninstallAll()
 			return err
 		}
@@ -261,7 +267,10 @@ func (e *Engine) Options() Options { return e.opts }
 func (e *Engine) Logger() *slog.Logger { return e.log }
 
 // Install adds a transport to a running engine. Memory registered before is
-// not offered to it; install transports before registering.
+// not offered to it; install transports before registering. Its id and
+// channel kinds are those of the spec of its name in Options.Available; a
+// transport without one reports TransportNone and may serve no channel
+// kind.
 func (e *Engine) Install(t Transport) error {
 	name := t.Name()
 	e.mu.Lock()
@@ -304,7 +313,8 @@ func (e *Engine) Install(t Transport) error {
 			return nil
 		}
 		delete(e.unavailable, name)
-		e.transports = append(e.transports, &installed{t: t})
+		spec, _ := e.available.lookup(name)
+		e.transports = append(e.transports, &installed{t: t, id: spec.ID})
 		e.refreshMovers()
 		e.generation++ // the descriptor lists a new endpoint
 	}
@@ -354,6 +364,17 @@ func (e *Engine) refreshMovers() {
 		}
 	}
 	e.moversCache.Store(&ms)
+}
+
+// Available lists the names of the transports this engine may install
+// (Options.Available), in rank order.
+func (e *Engine) Available() []string { return e.available.names() }
+
+// TransportID is the id of the named transport in request statuses, or
+// TransportNone if the engine has no spec of that name.
+func (e *Engine) TransportID(name string) uint32 {
+	spec, _ := e.available.lookup(name)
+	return spec.ID
 }
 
 // Transports lists the installed transports in preference order.

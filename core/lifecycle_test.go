@@ -12,7 +12,7 @@ import (
 	"github.com/tent-dev/tent/core/coretest"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/status"
-	_ "github.com/tent-dev/tent/transport/tcp"
+	"github.com/tent-dev/tent/transport/local"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -24,7 +24,7 @@ func TestCloseWaitsForPeerCopies(t *testing.T) {
 	a := newLocalEngine(t, core.Options{})
 	// Close waits for the copy however slow the machine (the timeout only
 	// bounds a copy that never ends).
-	b, err := core.New(core.Options{Transports: []string{"local"}, UnregisterTimeout: time.Minute})
+	b, err := core.New(core.Options{Available: available(), Transports: []string{"local"}, UnregisterTimeout: time.Minute})
 	require.NoError(t, err)
 	src, _ := buf(t, a, n, 0)
 	dst := make([]byte, n)
@@ -162,7 +162,7 @@ func TestConcurrentInstallSameName(t *testing.T) {
 // Install and Uninstall change the descriptor: an uninstalled transport is
 // no longer advertised to peers.
 func TestDescriptorFollowsUninstall(t *testing.T) {
-	e, err := core.New(core.Options{Transports: []string{"tcp"}})
+	e, err := core.New(core.Options{Available: available(), Transports: []string{"tcp"}})
 	require.NoError(t, err)
 	defer e.Close()
 	d, err := e.Descriptor()
@@ -339,8 +339,9 @@ func (c *connTransport) UnregisterMemory([]*core.Region) error { return nil }
 func (c *connTransport) Stats() map[string]int64               { return nil }
 func (c *connTransport) Install(e *core.Engine) error {
 	c.e = e
-	c.remove = e.HandleConn(c.kind, func(net.Conn, string) { c.got <- struct{}{} })
-	return nil
+	remove, err := e.HandleConn(c.kind, func(net.Conn, string) { c.got <- struct{}{} })
+	c.remove = remove
+	return err
 }
 func (c *connTransport) Uninstall() error {
 	if c.block != nil {
@@ -352,7 +353,8 @@ func (c *connTransport) Uninstall() error {
 }
 
 func TestUninstallKeepsNewInstancesHandler(t *testing.T) {
-	e, err := core.New(core.Options{Transports: []string{}})
+	conn := core.TransportSpec{Name: "conn", ID: 77, Kinds: []uint8{77}, New: func() core.Transport { return &connTransport{} }}
+	e, err := core.New(core.Options{Available: []core.TransportSpec{conn}, Transports: []string{}})
 	require.NoError(t, err)
 	defer e.Close()
 	old := &connTransport{kind: 77, got: make(chan struct{}, 1), entered: make(chan struct{}), block: make(chan struct{})}
@@ -385,7 +387,7 @@ func TestPinnedTransportDoesNotFallBack(t *testing.T) {
 	require.NoError(t, err)
 	code, st := wait(t, batch)
 	t.Logf("pinned to \"fake\": outcome %v, moved by transport id %d, flags %d", code, st[0].Transport, st[0].Flags)
-	require.NotEqual(t, core.TransportLocal, st[0].Transport, "request pinned to one transport was moved by another")
+	require.NotEqual(t, local.ID, st[0].Transport, "request pinned to one transport was moved by another")
 	require.Equal(t, status.TransportError, code)
 	require.Zero(t, st[0].Flags&core.FlagRetried)
 }

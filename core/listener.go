@@ -11,13 +11,6 @@ import (
 	"github.com/tent-dev/tent/wire"
 )
 
-// Channel kinds a connection to an engine's listener can ask for in the
-// handshake.
-const (
-	KindControl uint8 = 1 // descriptors, change pushes, notifications
-	KindTCPData uint8 = 2 // the tcp transport's data streams
-)
-
 // ListenerStats are the counts of one listener's accept loop.
 type ListenerStats = acceptloop.Stats
 
@@ -178,8 +171,14 @@ func (s *server) connCount() int {
 // HandleConn makes the engine's listener pass connections of kind to h.
 // Transports call it from Install and call the returned remove from
 // Uninstall; remove leaves alone a handler registered for the kind since.
-func (e *Engine) HandleConn(kind uint8, h ConnHandler) (remove func()) {
-	return e.srv.handle(kind, h)
+// The kind must be one a spec in Options.Available declares: a transport
+// cannot take core's kind or one no spec reserved.
+func (e *Engine) HandleConn(kind uint8, h ConnHandler) (remove func(), err error) {
+	if _, ok := e.available.byKind[kind]; !ok {
+		return nil, status.Errorf(status.InvalidArgument,
+			"channel kind %d is declared by no available transport's spec", kind)
+	}
+	return e.srv.handle(kind, h), nil
 }
 
 // ListenAddr is the engine listener's address ("host:port").

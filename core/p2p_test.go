@@ -14,7 +14,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	peertest.Main()
+	peertest.Main(available()...)
 	os.Exit(m.Run())
 }
 
@@ -105,7 +105,7 @@ func TestMalformedP2PNamesAreInvalid(t *testing.T) {
 	}
 	require.Zero(t, e.Stats().Segments)
 	for _, addr := range []string{"127.0.0.1:99999", "127.0.0.1:-1", "localhost:http", "127.0.0.1"} {
-		_, err := core.New(core.Options{ListenAddr: addr, Transports: []string{"local"}})
+		_, err := core.New(core.Options{ListenAddr: addr, Available: available(), Transports: []string{"local"}})
 		require.Equal(t, status.InvalidArgument, status.CodeOf(err), "listen %q: %v", addr, err)
 	}
 }
@@ -144,13 +144,13 @@ func TestInProcessPeersNeedTheSecret(t *testing.T) {
 // for it is refused (opening it would reach the first), and the name is
 // free again once its engine is closed.
 func TestTwoEnginesOfOneProcessCannotShareAName(t *testing.T) {
-	first, err := core.New(core.Options{Name: "shared-name", Transports: []string{"local"}})
+	first, err := core.New(core.Options{Name: "shared-name", Available: available(), Transports: []string{"local"}})
 	require.NoError(t, err)
-	_, err = core.New(core.Options{Name: "shared-name", Transports: []string{"local"}})
+	_, err = core.New(core.Options{Name: "shared-name", Available: available(), Transports: []string{"local"}})
 	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
 
 	// An engine named like another's listen address is refused too.
-	_, err = core.New(core.Options{Name: first.ListenAddr(), Transports: []string{"local"}})
+	_, err = core.New(core.Options{Name: first.ListenAddr(), Available: available(), Transports: []string{"local"}})
 	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
 
 	s, err := first.OpenSegment("shared-name")

@@ -348,19 +348,21 @@ func TestCloseReleasesEverything(t *testing.T) {
 }
 
 func TestInstallFailureLeavesNothing(t *testing.T) {
-	core.RegisterTransport("test-ok", func() core.Transport { return coretest.NewFake("test-ok") })
-	core.RegisterTransport("test-bad", func() core.Transport {
-		f := coretest.NewFake("test-bad")
-		f.FailAt(coretest.MethodInstall, 1, coretest.ErrInjected)
-		return f
-	})
-	_, err := core.New(core.Options{Transports: []string{"test-ok", "test-bad"}})
+	available := []core.TransportSpec{
+		{Name: "test-ok", ID: 101, New: func() core.Transport { return coretest.NewFake("test-ok") }},
+		{Name: "test-bad", ID: 102, New: func() core.Transport {
+			f := coretest.NewFake("test-bad")
+			f.FailAt(coretest.MethodInstall, 1, coretest.ErrInjected)
+			return f
+		}},
+	}
+	_, err := core.New(core.Options{Available: available, Transports: []string{"test-ok", "test-bad"}})
 	require.ErrorIs(t, err, status.ErrTransport)
-	_, err = core.New(core.Options{Transports: []string{"nope"}})
+	_, err = core.New(core.Options{Available: available, Transports: []string{"nope"}})
 	require.ErrorIs(t, err, status.ErrNotFound)
-	_, err = core.New(core.Options{Transports: []string{"test-ok", "test-ok"}})
+	_, err = core.New(core.Options{Available: available, Transports: []string{"test-ok", "test-ok"}})
 	require.ErrorIs(t, err, status.ErrInvalidArgument)
-	e, err := core.New(core.Options{Transports: []string{"test-ok"}})
+	e, err := core.New(core.Options{Available: available, Transports: []string{"test-ok"}})
 	require.NoError(t, err)
 	require.Len(t, e.Transports(), 1)
 	require.NoError(t, e.Close())

@@ -18,20 +18,6 @@ const (
 	OpWrite Op = 1 // local -> remote
 )
 
-// Transport ids, as reported in request statuses (TENT_TRANSPORT_*).
-const (
-	TransportNone  uint32 = 0
-	TransportLocal uint32 = 1
-	TransportShm   uint32 = 2
-	TransportTCP   uint32 = 3
-	TransportCUDA  uint32 = 4
-)
-
-var transportIDs = map[string]uint32{"local": TransportLocal, "shm": TransportShm, "tcp": TransportTCP, "cuda": TransportCUDA}
-
-// TransportID returns the id of a transport name, or TransportNone.
-func TransportID(name string) uint32 { return transportIDs[name] }
-
 // Status flags of a request (FlagStaged is in staging.go).
 const FlagRetried uint32 = 1
 

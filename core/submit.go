@@ -239,7 +239,7 @@ func checkRemote(d *wire.SegmentDesc, r *Request) (wire.RegionDesc, error) {
 
 // dispatch hands requests to a mover, or fails them if it is uninstalled.
 func (e *Engine) dispatch(m *installed, rs []*Request) {
-	id := TransportID(m.t.Name())
+	id := m.id
 	for _, r := range rs {
 		r.mover.Store(m)
 		r.transport.Store(id)

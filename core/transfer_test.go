@@ -14,7 +14,7 @@ import (
 	"github.com/tent-dev/tent/core/coretest"
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/status"
-	_ "github.com/tent-dev/tent/transport/local"
+	"github.com/tent-dev/tent/transport/local"
 )
 
 // buf returns a registered buffer of n random bytes.
@@ -33,6 +33,7 @@ func newLocalEngine(t *testing.T, opts core.Options) *core.Engine {
 	if opts.Transports == nil {
 		opts.Transports = []string{"local"}
 	}
+	opts.Available = available()
 	e, err := core.New(opts)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close() })
@@ -64,7 +65,7 @@ func TestLocalTransfer(t *testing.T) {
 	require.NoError(t, err)
 	code, st := wait(t, batch)
 	require.Equal(t, status.OK, code)
-	require.Equal(t, core.TransportLocal, st[0].Transport)
+	require.Equal(t, local.ID, st[0].Transport)
 	require.EqualValues(t, 1000, st[0].Bytes)
 	require.Equal(t, src[1:1001], dst[3:1003])
 	require.Equal(t, src[5000], dst[5000])
@@ -293,7 +294,7 @@ func TestRetryOnNextTransport(t *testing.T) {
 	require.NoError(t, err)
 	code, st := wait(t, batch)
 	require.Equal(t, status.OK, code)
-	require.Equal(t, core.TransportLocal, st[0].Transport)
+	require.Equal(t, local.ID, st[0].Transport)
 	require.Equal(t, core.FlagRetried, st[0].Flags&core.FlagRetried)
 
 	// A failure that is not the transport's (permission, range) is final.

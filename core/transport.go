@@ -1,6 +1,7 @@
 package core
 
 import (
+	"cmp"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -40,62 +41,114 @@ type Availability interface {
 	Unavailable() string
 }
 
-// Factory makes a transport for an engine being created.
-type Factory func() Transport
+// KindControl is the channel kind of core's own connections (descriptors,
+// change pushes, notifications). Every other kind belongs to the transport
+// whose TransportSpec declares it.
+const KindControl uint8 = 1
 
-var (
-	factoriesMu sync.Mutex
-	factories   = map[string]Factory{}
-	factoryOrd  []string
-)
-
-// RegisterTransport makes a transport available to engines under name.
-// Transport packages call it from init; engines install them in the order
-// they were registered, unless Options.Transports names them.
-func RegisterTransport(name string, f Factory) {
-	factoriesMu.Lock()
-	defer factoriesMu.Unlock()
-	if _, dup := factories[name]; !dup {
-		factoryOrd = append(factoryOrd, name)
-	}
-	factories[name] = f
+// TransportSpec is everything an engine knows of a transport before it
+// installs it: one value per transport, exported by the transport's package
+// (tcp.Spec(tcp.Options{...}), shm.Spec(), ...) and handed to the engine in
+// Options.Available. Core names no transport: a new one (rdma) is a package
+// with a Spec, and the program that builds engines lists it.
+//
+// The list is an engine option, not a package-level registry filled from
+// init: two engines of one process may be built with different transports
+// and different transport options, a test can build an engine with a toy
+// transport without it leaking into other tests, and nothing an import does
+// changes what an engine is.
+type TransportSpec struct {
+	// Name is what Options.Transports, TransferOptions.Transport and
+	// endpoints call the transport; Transport.Name returns it.
+	Name string
+	// ID is reported in request statuses (RequestStatus.Transport, the C
+	// API's TENT_TRANSPORT_*). Not TransportNone; unique in an engine.
+	ID uint32
+	// Rank orders the default preference (lower first): when
+	// Options.Transports is nil, the engine installs every available
+	// transport in rank order, and the first eligible one serves a
+	// request. Ties keep the order of Options.Available.
+	Rank int
+	// Kinds are the channel kinds (see wire.ClientHandshake) the transport
+	// serves on the engine's listener or on a listener of its own. They are
+	// part of the wire protocol, so they are fixed numbers; an engine
+	// refuses to be built when two specs declare one kind, or one declares
+	// KindControl or 0, and refuses HandleConn for a kind no spec declares.
+	Kinds []uint8
+	// New makes the transport for an engine being created, with the
+	// transport's options bound in by its package's Spec.
+	New func() Transport
 }
 
-// preference is the default order of the built-in transports: the most
-// direct path that can serve a request wins. Others follow in registration
-// order.
-var preference = []string{"local", "cuda", "shm", "tcp"}
+// TransportNone is the id of no transport (a request never dispatched, or
+// served by a transport installed without a spec).
+const TransportNone uint32 = 0
 
-// AvailableTransports lists the registered transport names in default
-// preference order.
-func AvailableTransports() []string {
-	factoriesMu.Lock()
-	defer factoriesMu.Unlock()
-	out := make([]string, 0, len(factoryOrd))
-	for _, name := range preference {
-		if _, ok := factories[name]; ok {
-			out = append(out, name)
+// transportSet is an engine's validated Options.Available.
+type transportSet struct {
+	specs  []TransportSpec // in rank order
+	byKind map[uint8]string
+}
+
+// newTransportSet checks specs: names, ids and channel kinds unique, ids
+// and kinds in range. A collision is an error when the engine is built,
+// never a connection routed to the wrong transport.
+func newTransportSet(specs []TransportSpec) (*transportSet, error) {
+	s := &transportSet{specs: slices.Clone(specs), byKind: map[uint8]string{}}
+	names := map[string]bool{}
+	ids := map[uint32]string{}
+	for _, sp := range s.specs {
+		switch {
+		case sp.Name == "":
+			return nil, status.Errorf(status.InvalidArgument, "transport spec with an empty name")
+		case names[sp.Name]:
+			return nil, status.Errorf(status.InvalidArgument, "transport %q is available twice", sp.Name)
+		case sp.ID == TransportNone:
+			return nil, status.Errorf(status.InvalidArgument, "transport %q has id %d (TransportNone)", sp.Name, sp.ID)
+		case ids[sp.ID] != "":
+			return nil, status.Errorf(status.InvalidArgument, "transports %q and %q both have id %d", ids[sp.ID], sp.Name, sp.ID)
+		case sp.New == nil:
+			return nil, status.Errorf(status.InvalidArgument, "transport %q has no constructor", sp.Name)
+		}
+		names[sp.Name] = true
+		ids[sp.ID] = sp.Name
+		for _, k := range sp.Kinds {
+			switch {
+			case k == 0 || k == KindControl:
+				return nil, status.Errorf(status.InvalidArgument, "transport %q declares channel kind %d, which core reserves", sp.Name, k)
+			case s.byKind[k] != "":
+				return nil, status.Errorf(status.InvalidArgument, "transports %q and %q both declare channel kind %d", s.byKind[k], sp.Name, k)
+			}
+			s.byKind[k] = sp.Name
 		}
 	}
-	for _, name := range factoryOrd {
-		if !slices.Contains(preference, name) {
-			out = append(out, name)
-		}
+	slices.SortStableFunc(s.specs, func(a, b TransportSpec) int { return cmp.Compare(a.Rank, b.Rank) })
+	return s, nil
+}
+
+// names lists the available transports in rank order.
+func (s *transportSet) names() []string {
+	out := make([]string, len(s.specs))
+	for i, sp := range s.specs {
+		out[i] = sp.Name
 	}
 	return out
 }
 
-func lookupFactory(name string) (Factory, bool) {
-	factoriesMu.Lock()
-	defer factoriesMu.Unlock()
-	f, ok := factories[name]
-	return f, ok
+func (s *transportSet) lookup(name string) (TransportSpec, bool) {
+	for _, sp := range s.specs {
+		if sp.Name == name {
+			return sp, true
+		}
+	}
+	return TransportSpec{}, false
 }
 
 // installed wraps an installed transport with a gate that lets Uninstall
 // wait for calls already inside it.
 type installed struct {
 	t    Transport
+	id   uint32 // its spec's ID, or TransportNone
 	gate gate
 }
 

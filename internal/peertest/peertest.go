@@ -111,13 +111,14 @@ type Peer struct {
 }
 
 // Main must be called first in TestMain: in the peer process it runs the
-// peer and exits; in the test process it returns.
-func Main() {
+// peer, with an engine that may install the transports available (Config
+// names which), and exits; in the test process it returns.
+func Main(available ...core.TransportSpec) {
 	cfg := os.Getenv(envConfig)
 	if cfg == "" {
 		return
 	}
-	os.Exit(runPeer(cfg))
+	os.Exit(runPeer(cfg, available))
 }
 
 // Start launches a peer and waits until it is ready. The peer is killed
@@ -260,7 +261,7 @@ func Sum(b []byte) string {
 // runPeer is the peer process: it creates the engine of the JSON config
 // raw, registers and fills its buffers, prints its Hello, then answers
 // commands from stdin, one line each, until stdin closes.
-func runPeer(raw string) int {
+func runPeer(raw string, available []core.TransportSpec) int {
 	var cfg Config
 	if err := json.Unmarshal([]byte(raw), &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "peertest:", err)
@@ -273,7 +274,7 @@ func runPeer(raw string) int {
 			return 2
 		}
 	}
-	opts := core.Options{Transports: cfg.Transports, ListenAddr: cfg.ListenAddr, Name: cfg.Name, Metadata: cfg.Metadata,
+	opts := core.Options{Available: available, Transports: cfg.Transports, ListenAddr: cfg.ListenAddr, Name: cfg.Name, Metadata: cfg.Metadata,
 		MaxUnauthenticated: cfg.MaxUnauthenticated, HandshakeTimeout: cfg.HandshakeTimeout}
 	if cfg.Secret != "" {
 		opts.Secret = []byte(cfg.Secret)

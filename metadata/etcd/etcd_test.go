@@ -20,7 +20,7 @@ import (
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/logsink"
 	"github.com/tent-dev/tent/status"
-	_ "github.com/tent-dev/tent/transport/tcp"
+	"github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -30,11 +30,14 @@ const (
 	ttl     = 2 * time.Second // "ttl=2" in the tests' URLs
 )
 
+// available is what the tests' engines may install: tcp.
+func available() []core.TransportSpec { return []core.TransportSpec{tcp.Spec(tcp.Options{})} }
+
 func TestMain(m *testing.M) {
 	peertest.Commands["xfer"] = xferCmd
 	peertest.Commands["newbuf"] = newbufCmd
 	peertest.Commands["sumat"] = sumatCmd
-	peertest.Main()
+	peertest.Main(available()...)
 	os.Exit(m.Run())
 }
 
@@ -164,6 +167,7 @@ func (s *spy) watchedGen(name string) uint64 {
 func newEngine(t testing.TB, srv *etcdServer, name string, o core.Options) (*core.Engine, []byte) {
 	t.Helper()
 	o.Name = name
+	o.Available = available()
 	o.Transports = []string{"tcp"}
 	if o.Metadata == "" {
 		o.Metadata = "etcdspy://" + srv.clientAddr + "?ttl=2"
@@ -369,7 +373,7 @@ func TestKilledEngineExpiresAndRestarts(t *testing.T) {
 	killed := time.Now()
 	require.NotNil(t, getKV(t, cli, key("worker")), "a killed engine cannot delete its entry; its lease does")
 	// The name is held until then: a new engine cannot take it.
-	_, err = core.New(core.Options{Name: "worker", Transports: []string{"tcp"}, Metadata: srv.URL("ttl=2")})
+	_, err = core.New(core.Options{Name: "worker", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("ttl=2")})
 	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
 	require.Contains(t, err.Error(), "expires in")
 
@@ -404,7 +408,7 @@ func TestNameCollision(t *testing.T) {
 	peer := startPeer(t, srv, "unique")
 	before := getKV(t, cli, key("unique"))
 
-	_, err := core.New(core.Options{Name: "unique", Transports: []string{"tcp"}, Metadata: srv.URL("")})
+	_, err := core.New(core.Options{Name: "unique", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("")})
 	require.Error(t, err)
 	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
 	require.ErrorIs(t, err, status.ErrNameInUse)
@@ -423,7 +427,7 @@ func TestNameCollision(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, -1, lr.TTL, "the lease should be revoked")
 
-	e, err := core.New(core.Options{Name: "unique", Transports: []string{"tcp"}, Metadata: srv.URL("")})
+	e, err := core.New(core.Options{Name: "unique", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("")})
 	require.NoError(t, err)
 	require.NotNil(t, getKV(t, cli, key("unique")))
 	require.NoError(t, e.Close())
@@ -475,7 +479,7 @@ func TestEtcdOutage(t *testing.T) {
 	t.Logf("lookup without etcd: %v after %v", err, took.Round(time.Millisecond))
 
 	start = time.Now()
-	_, err = core.New(core.Options{Name: "svc-new", Transports: []string{"tcp"}, Metadata: srv.URL("dial_timeout=1")})
+	_, err = core.New(core.Options{Name: "svc-new", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("dial_timeout=1")})
 	took = time.Since(start)
 	require.Contains(t, []status.Code{status.Timeout, status.TransportError}, status.CodeOf(err), "%v", err)
 	require.Less(t, took, 3*time.Second)
@@ -705,7 +709,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	}
 	base := settle()
 	for i := 0; i < 3; i++ {
-		e, err := core.New(core.Options{Name: fmt.Sprintf("tmp-%d", i), Transports: []string{"tcp"}, Metadata: srv.URL("ttl=2")})
+		e, err := core.New(core.Options{Name: fmt.Sprintf("tmp-%d", i), Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("ttl=2")})
 		require.NoError(t, err)
 		_, err = e.OpenSegment("stayer")
 		require.NoError(t, err)
@@ -738,7 +742,7 @@ func TestUnreachableEtcd(t *testing.T) {
 			url += "?" + c.query
 		}
 		start := time.Now()
-		_, err := core.New(core.Options{Name: "lonely", Transports: []string{"tcp"}, Metadata: url, DefaultTimeout: c.timeout})
+		_, err := core.New(core.Options{Name: "lonely", Available: available(), Transports: []string{"tcp"}, Metadata: url, DefaultTimeout: c.timeout})
 		took := time.Since(start)
 		require.Error(t, err, url)
 		require.Equal(t, status.Timeout, status.CodeOf(err), "%s: %v", url, err)

@@ -68,7 +68,7 @@ func TestRegistrationIsInEtcdOnReturn(t *testing.T) {
 	cli := srv.client()
 	defer cli.Close()
 	// No transport at first, to install one below.
-	e, err := core.New(core.Options{Name: "pub", Transports: []string{}, Metadata: "etcdspy://" + srv.clientAddr + "?ttl=2"})
+	e, err := core.New(core.Options{Name: "pub", Available: available(), Transports: []string{}, Metadata: "etcdspy://" + srv.clientAddr + "?ttl=2"})
 	require.NoError(t, err)
 	defer e.Close()
 	sp := spyOf(t, e)
@@ -120,7 +120,7 @@ func TestRegistrationIsInEtcdOnReturn(t *testing.T) {
 	require.False(t, hasRegion(stored(), a.Addr))
 
 	require.Len(t, stored().Endpoints, 1, "only the control endpoint before a transport is installed")
-	require.NoError(t, e.Install(tcp.New()))
+	require.NoError(t, e.Install(tcp.New(tcp.Options{})))
 	d = stored()
 	require.Equal(t, e.Generation(), d.Generation)
 	require.True(t, hasEndpoint(d, "tcp"), "Install returned before etcd listed the transport: %+v", d.Endpoints)
@@ -291,7 +291,7 @@ func TestRegisterThenTell(t *testing.T) {
 			} else {
 				target = startPeerWith(t, "p2p", "")
 				var err error
-				initiator, err = core.New(core.Options{Transports: []string{"tcp"}, DefaultTimeout: 10 * time.Second})
+				initiator, err = core.New(core.Options{Available: available(), Transports: []string{"tcp"}, DefaultTimeout: 10 * time.Second})
 				require.NoError(t, err)
 				defer initiator.Close()
 				buf = make([]byte, bufSize)

@@ -21,17 +21,22 @@ import (
 	"github.com/tent-dev/tent/internal/peertest/gpuaccess"
 	"github.com/tent-dev/tent/internal/testenv"
 	"github.com/tent-dev/tent/status"
-	_ "github.com/tent-dev/tent/transport/cuda"
-	_ "github.com/tent-dev/tent/transport/shm"
-	_ "github.com/tent-dev/tent/transport/tcp"
+	"github.com/tent-dev/tent/transport/cuda"
+	"github.com/tent-dev/tent/transport/shm"
+	"github.com/tent-dev/tent/transport/tcp"
 )
+
+// available is what the hosts' engines may install.
+func available() []core.TransportSpec {
+	return []core.TransportSpec{cuda.Spec(), shm.Spec(), tcp.Spec(tcp.Options{})}
+}
 
 func TestMain(m *testing.M) {
 	peertest.Accessors["cuda"] = gpuaccess.Accessor{}
 	peertest.Commands["xfer"] = xferCmd
 	peertest.Commands["stat"] = statCmd
 	peertest.Commands["open"] = openCmd
-	peertest.Main()
+	peertest.Main(available()...)
 	os.Exit(m.Run())
 }
 
@@ -95,7 +100,7 @@ func openCmd(_ *core.Engine, args []string) (string, error) {
 	if len(args) < 1 || len(args) > 2 {
 		return "", fmt.Errorf("usage: open SEGMENT [SECRET]")
 	}
-	o := core.Options{Transports: []string{"tcp"}}
+	o := core.Options{Available: available(), Transports: []string{"tcp"}}
 	if len(args) == 2 {
 		o.Secret = []byte(args[1])
 	}
@@ -279,18 +284,18 @@ func TestTwoHosts(t *testing.T) {
 	t.Run("cross-host traffic is tcp", func(t *testing.T) {
 		code, tr, flags, sum := remote.xfer("read", target, 0, size)
 		require.Equal(t, status.OK, code)
-		require.Equal(t, core.TransportTCP, tr)
+		require.Equal(t, tcp.ID, tr)
 		require.Zero(t, flags, "tcp at once, no retry")
 		require.Equal(t, patterns[0], sum)
 
 		code, tr, _, sum = remote.xfer("read", target, 2, gran) // GPU memory, staged by the target
 		require.Equal(t, status.OK, code)
-		require.Equal(t, core.TransportTCP, tr)
+		require.Equal(t, tcp.ID, tr)
 		require.Equal(t, patterns[2], sum)
 
 		code, tr, _, _ = remote.xfer("write", target, 0, size)
 		require.Equal(t, status.OK, code)
-		require.Equal(t, core.TransportTCP, tr)
+		require.Equal(t, tcp.ID, tr)
 		require.Equal(t, peertest.Sum(peertest.Pattern(77, size)), target.cmd("sum 0"))
 		require.Equal(t, "ok", target.cmd("fill 0 0"))
 
@@ -304,7 +309,7 @@ func TestTwoHosts(t *testing.T) {
 		// refused and the request retried over tcp.
 		code, tr, flags, sum := misnamed.xfer("read", target, 0, size)
 		require.Equal(t, status.OK, code)
-		require.Equal(t, core.TransportTCP, tr)
+		require.Equal(t, tcp.ID, tr)
 		require.Equal(t, core.FlagRetried, flags&core.FlagRetried)
 		require.Equal(t, patterns[0], sum)
 	})
@@ -329,11 +334,11 @@ func TestTwoHosts(t *testing.T) {
 		// memfd and import the GPU allocation, and the counters say so.
 		code, tr, _, sum := neighbour.xfer("read", target, 0, size)
 		require.Equal(t, status.OK, code)
-		require.Equal(t, core.TransportShm, tr)
+		require.Equal(t, shm.ID, tr)
 		require.Equal(t, patterns[0], sum)
 		code, tr, _, sum = neighbour.xfer("read", target, 2, gran)
 		require.Equal(t, status.OK, code)
-		require.Equal(t, core.TransportCUDA, tr)
+		require.Equal(t, cuda.ID, tr)
 		require.Equal(t, patterns[2], sum)
 		require.EqualValues(t, 1, neighbour.stat("shm", "fds_received"))
 		require.EqualValues(t, 1, target.stat("shm", "fds_sent"))
@@ -341,7 +346,7 @@ func TestTwoHosts(t *testing.T) {
 		// The read-only allocation never travels as a descriptor, even here.
 		code, tr, _, sum = neighbour.xfer("read", target, 1, size)
 		require.Equal(t, status.OK, code)
-		require.Equal(t, core.TransportShm, tr)
+		require.Equal(t, shm.ID, tr)
 		require.Equal(t, patterns[1], sum)
 		require.EqualValues(t, 1, neighbour.stat("shm", "fds_received"))
 	})

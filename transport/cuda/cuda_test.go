@@ -15,6 +15,7 @@ import (
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/tcp"
 )
 
 func TestNoDriverChildProcess(t *testing.T) {
@@ -242,7 +243,7 @@ func TestStagedOverTCP(t *testing.T) {
 	remote, err := strconv.ParseUint(cmd(t, peer, "memalloc %d 9", size), 10, 64)
 	require.NoError(t, err)
 
-	staged := core.RequestStatus{Code: status.OK, Transport: core.TransportTCP, Bytes: size, Flags: core.FlagStaged}
+	staged := core.RequestStatus{Code: status.OK, Transport: tcp.ID, Bytes: size, Flags: core.FlagStaged}
 	one := func(op core.Op, local, remoteAddr uint64) {
 		t.Helper()
 		code, err, st := transfer(t, e, core.TransferRequest{Op: op, Local: local, Segment: seg, Remote: remoteAddr, Len: size})
@@ -270,14 +271,14 @@ func TestStagedOverTCP(t *testing.T) {
 	// Engine-allocated GPU memory of the peer: the cuda transport, no staging.
 	code, err, st := transfer(t, e, core.TransferRequest{Op: core.OpRead, Local: p, Segment: seg, Remote: peer.Buffers[1].Addr, Len: 4 * gran})
 	require.Equal(t, status.OK, code, "%v", err)
-	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportCUDA, Bytes: 4 * gran}, st[0])
+	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: ID, Bytes: 4 * gran}, st[0])
 
 	// A failing copy from the GPU fails that request, with the driver's
 	// reason; the next one works.
 	f.Fail("cuMemcpyDtoH_v2", 1, 700) // CUDA_ERROR_ILLEGAL_ADDRESS
 	code, err, st = transfer(t, e, core.TransferRequest{Op: core.OpWrite, Local: p, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size})
 	require.NotEqual(t, status.OK, code)
-	require.Equal(t, core.TransportTCP, st[0].Transport)
+	require.Equal(t, tcp.ID, st[0].Transport)
 	requireMsg(t, err, "staging", "cuMemcpyDtoH")
 	f.ClearFailures()
 	one(core.OpWrite, p, peer.Buffers[0].Addr)
@@ -740,14 +741,14 @@ func TestSecretRequired(t *testing.T) {
 	f, _ := useFake(t)
 	peer := peertest.Start(t, peertest.Config{Transports: []string{"cuda"}, Secret: "s3cret",
 		Buffers: []peertest.Buffer{gpuBuf(gran)}, Env: f.Env()})
-	e, err := core.New(core.Options{Transports: []string{"cuda"}, Secret: []byte("s3cret"), Memory: gpuMemory()})
+	e, err := core.New(core.Options{Available: available(), Transports: []string{"cuda"}, Secret: []byte("s3cret"), Memory: gpuMemory()})
 	require.NoError(t, err)
 	defer e.Close()
 	tr := cudaOf(e)
 	seg := open(t, e, peer.Name)
 	desc := seg.Peer().Desc()
 
-	other, err := core.New(core.Options{Transports: []string{"cuda"}, Secret: []byte("wrong"), Memory: gpuMemory()})
+	other, err := core.New(core.Options{Available: available(), Transports: []string{"cuda"}, Secret: []byte("wrong"), Memory: gpuMemory()})
 	require.NoError(t, err)
 	defer other.Close()
 	_, err = cudaOf(other).dial(other, desc, false, time.Now().Add(5*time.Second))

@@ -69,7 +69,7 @@ func live(f *fakecuda.Fake) fakecuda.Counters {
 
 func newEngine(t *testing.T, transports ...string) (*core.Engine, *Transport) {
 	t.Helper()
-	e, err := core.New(core.Options{Transports: transports, DefaultTimeout: 10 * time.Second, Memory: gpuMemory()})
+	e, err := core.New(core.Options{Available: available(), Transports: transports, DefaultTimeout: 10 * time.Second, Memory: gpuMemory()})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close() })
 	return e, cudaOf(e)
@@ -135,7 +135,7 @@ func mustTransfer(t *testing.T, e *core.Engine, reqs ...core.TransferRequest) {
 	code, err, st := transfer(t, e, reqs...)
 	require.Equal(t, status.OK, code, "%v", err)
 	for i, s := range st {
-		require.Equal(t, core.TransportCUDA, s.Transport, "request %d served by transport %d", i, s.Transport)
+		require.Equal(t, ID, s.Transport, "request %d served by transport %d", i, s.Transport)
 		require.Equal(t, reqs[i].Len, s.Bytes)
 	}
 }

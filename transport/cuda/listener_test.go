@@ -16,7 +16,7 @@ import (
 // that does not finish its handshake closes at HandshakeTimeout.
 func TestListenerClosesIdleConnection(t *testing.T) {
 	f, _ := useFake(t)
-	e, err := core.New(core.Options{Transports: []string{"cuda"}, HandshakeTimeout: 100 * time.Millisecond, Memory: gpuMemory()})
+	e, err := core.New(core.Options{Available: available(), Transports: []string{"cuda"}, HandshakeTimeout: 100 * time.Millisecond, Memory: gpuMemory()})
 	require.NoError(t, err)
 	defer e.Close()
 	ep := cudaOf(e).Endpoints()

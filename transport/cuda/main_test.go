@@ -21,8 +21,8 @@ import (
 	tmem "github.com/tent-dev/tent/memory"
 	cumem "github.com/tent-dev/tent/memory/cuda"
 	"github.com/tent-dev/tent/status"
-	_ "github.com/tent-dev/tent/transport/local"
-	_ "github.com/tent-dev/tent/transport/tcp"
+	"github.com/tent-dev/tent/transport/local"
+	"github.com/tent-dev/tent/transport/tcp"
 )
 
 // childEnv selects a child mode of the test binary other than peertest's.
@@ -114,8 +114,14 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	peertest.Main()
+	peertest.Main(available()...)
 	os.Exit(m.Run())
+}
+
+// available is what the tests' engines may install: cuda, and local and tcp
+// beside it.
+func available() []core.TransportSpec {
+	return []core.TransportSpec{Spec(), local.Spec(), tcp.Spec(tcp.Options{})}
 }
 
 // runChild runs the test binary in a child mode with extra environment.
@@ -142,7 +148,7 @@ func childNoDriver() error {
 	if _, err := cumem.Open(); err == nil || !strings.Contains(err.Error(), "no CUDA driver") {
 		return fmt.Errorf("GPU memory without a driver: %v", err)
 	}
-	e, err := core.New(core.Options{Transports: []string{"cuda", "local"}})
+	e, err := core.New(core.Options{Available: available(), Transports: []string{"cuda", "local"}})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}

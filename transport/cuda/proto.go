@@ -8,7 +8,8 @@ import (
 
 // KindCUDA is the channel kind the transport asks for in the handshake,
 // on its own Unix listener and on the engine's TCP listener (lease-only
-// sessions for fabric imports). core uses 1 (control) and 2 (tcp data).
+// sessions for fabric imports). Declared in Spec, so an engine refuses to
+// be built with another transport claiming it.
 const KindCUDA uint8 = 4
 
 // Frames of a session, after the handshake (wire framing: type, three

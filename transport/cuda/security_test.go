@@ -15,6 +15,7 @@ import (
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/internal/testenv"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -65,7 +66,7 @@ func TestReadOnlyGPUAllocation(t *testing.T) {
 	require.NoError(t, err)
 	code, err, st := transfer(t, e, core.TransferRequest{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: ro.Addr, Len: size})
 	require.Equal(t, status.OK, code, "%v", err)
-	require.Equal(t, core.TransportTCP, st[0].Transport)
+	require.Equal(t, tcp.ID, st[0].Transport)
 	require.Equal(t, peertest.Pattern(0, size), readDev(t, d, lr.Addr, size))
 
 	code, _, st = transfer(t, e, core.TransferRequest{Op: core.OpWrite, Local: lr.Addr, Segment: seg, Remote: ro.Addr, Len: size})

@@ -14,10 +14,6 @@ import (
 	"github.com/tent-dev/tent/wire"
 )
 
-func init() {
-	core.RegisterTransport("cuda", func() core.Transport { return New() })
-}
-
 // Name is the transport's name in Options.Transports, endpoints and
 // attachments.
 const Name = "cuda"
@@ -111,8 +107,19 @@ func (t *Transport) Install(e *core.Engine) error {
 			uuids[i] = info.UUID
 		}
 	}
+	// serveTCP finds no server until t.srv is set below, so connections
+	// handed over before then are dropped, not served half-installed.
+	unhandle, err := e.HandleConn(KindCUDA, func(c net.Conn, _ string) { t.serveTCP(c) })
+	if err != nil {
+		t.mu.Lock()
+		t.closed = true
+		t.down.Store(true)
+		t.mu.Unlock()
+		return err
+	}
 	srv, err := newServer(t, e)
 	if err != nil {
+		unhandle()
 		t.mu.Lock()
 		t.closed = true
 		t.down.Store(true)
@@ -126,8 +133,8 @@ func (t *Transport) Install(e *core.Engine) error {
 			t.uuidDev[u] = i
 		}
 	}
+	t.unhandle = unhandle
 	t.mu.Unlock()
-	t.unhandle = e.HandleConn(KindCUDA, func(c net.Conn, _ string) { t.serveTCP(c) })
 	return nil
 }
 

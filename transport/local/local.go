@@ -10,10 +10,6 @@ import (
 	"github.com/tent-dev/tent/status"
 )
 
-func init() {
-	core.RegisterTransport("local", func() core.Transport { return New() })
-}
-
 // Transport copies between engines of one process.
 type Transport struct {
 	mu     sync.Mutex
@@ -27,7 +23,7 @@ type Transport struct {
 // New returns an uninstalled local transport.
 func New() *Transport { return &Transport{} }
 
-func (t *Transport) Name() string                          { return "local" }
+func (t *Transport) Name() string                          { return Name }
 func (t *Transport) Install(*core.Engine) error            { return nil }
 func (t *Transport) RegisterMemory([]*core.Region) error   { return nil }
 func (t *Transport) UnregisterMemory([]*core.Region) error { return nil }

@@ -18,6 +18,7 @@ import (
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/tcp"
 )
 
 // The peer frees its allocation and allocates a new one (often at the same
@@ -41,7 +42,7 @@ func TestMappingCacheInvalidation(t *testing.T) {
 				code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local),
 					Segment: seg, Remote: addr, Len: size}}, core.TransferOptions{})
 				require.Equal(t, status.OK, code, "%v", err)
-				require.Equal(t, core.TransportShm, st[0].Transport)
+				require.Equal(t, ID, st[0].Transport)
 			}
 			old := peer.Buffers[0].Addr
 			read(old)
@@ -104,8 +105,8 @@ func TestFallbackWhenProcessVMRefused(t *testing.T) {
 		{Op: core.OpWrite, Local: memory.Addr(local) + size, Segment: seg, Remote: peer.Buffers[1].Addr, Len: size},
 	}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
-	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportTCP, Bytes: size, Flags: core.FlagRetried}, st[0])
-	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportShm, Bytes: size}, st[1])
+	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: tcp.ID, Bytes: size, Flags: core.FlagRetried}, st[0])
+	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: ID, Bytes: size}, st[1])
 	require.Equal(t, peertest.Sum(local[:size]), sum(t, peer, 0))
 	require.Equal(t, peertest.Sum(local[size:]), sum(t, peer, 1))
 	require.EqualValues(t, 1, tr.Stats()["fallbacks"])
@@ -116,7 +117,7 @@ func TestFallbackWhenProcessVMRefused(t *testing.T) {
 		{Op: core.OpRead, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[0].Addr, Len: size},
 	}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
-	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportTCP, Bytes: size}, st[0])
+	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: tcp.ID, Bytes: size}, st[0])
 	require.Equal(t, sum(t, peer, 0), peertest.Sum(local[:size]))
 	require.EqualValues(t, 1, tr.Stats()["fallbacks"])
 
@@ -126,7 +127,7 @@ func TestFallbackWhenProcessVMRefused(t *testing.T) {
 		{Op: core.OpRead, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[2].Addr, Len: size},
 	}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
-	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportTCP, Bytes: size}, st[0])
+	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: tcp.ID, Bytes: size}, st[0])
 	require.Equal(t, peertest.Pattern(2, size), local[:size])
 	require.EqualValues(t, 1, tr.Stats()["fallbacks"])
 }
@@ -415,7 +416,7 @@ func TestTeardownWhileTransfersRun(t *testing.T) {
 	// round 1 is measured.
 	for round := 0; round < 2; round++ {
 		base0 := counts(t)
-		e, err := core.New(core.Options{Transports: []string{}})
+		e, err := core.New(core.Options{Available: available(), Transports: []string{}})
 		require.NoError(t, err)
 		_, err = e.Register(core.RegionDesc{Addr: memory.Addr(local), Len: uint64(len(local))}, rw)
 		require.NoError(t, err)

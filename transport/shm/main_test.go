@@ -25,14 +25,18 @@ import (
 
 func TestMain(m *testing.M) {
 	peertest.Commands["attack"] = attackCmd
-	peertest.Main()
+	peertest.Main(available()...)
 	os.Exit(m.Run())
 }
+
+// available is what the tests' engines may install: shm, and tcp beside it.
+func available() []core.TransportSpec { return []core.TransportSpec{Spec(), tcp.Spec(tcp.Options{})} }
 
 // newEngine returns an engine with only a fresh shm transport (plus the
 // named extra transports after it), closed when the test ends.
 func newEngine(t testing.TB, o core.Options, extra ...string) (*core.Engine, *Transport) {
 	t.Helper()
+	o.Available = available()
 	o.Transports = []string{}
 	e, err := core.New(o)
 	require.NoError(t, err)
@@ -48,7 +52,7 @@ func newEngine(t testing.TB, o core.Options, extra ...string) (*core.Engine, *Tr
 func factory(t testing.TB, name string) core.Transport {
 	t.Helper()
 	require.Equal(t, "tcp", name)
-	return tcp.New()
+	return tcp.New(tcp.Options{})
 }
 
 // startPeer runs a peer engine with shm (and tcp) in another process.

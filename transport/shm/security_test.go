@@ -143,7 +143,7 @@ func TestReadOnlyAllocationOverShm(t *testing.T) {
 	code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
 		Remote: remote, Len: 1 << 20}}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
-	require.Equal(t, core.TransportShm, st[0].Transport)
+	require.Equal(t, ID, st[0].Transport)
 	require.Equal(t, peertest.Pattern(0, 1<<20), local)
 	require.EqualValues(t, 1<<20, tr.Stats()["bytes_process_vm"])
 	require.Zero(t, tr.Stats()["fds_received"])

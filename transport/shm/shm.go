@@ -16,10 +16,6 @@ import (
 	"github.com/tent-dev/tent/wire"
 )
 
-func init() {
-	core.RegisterTransport("shm", func() core.Transport { return New() })
-}
-
 // Tunables. Tests shorten leaseGrace; nothing else changes them.
 var (
 	// leaseGrace is added to a lease's time to live before the target
@@ -110,7 +106,7 @@ func New() *Transport {
 	return t
 }
 
-func (t *Transport) Name() string { return "shm" }
+func (t *Transport) Name() string { return Name }
 
 // Install starts the Unix-domain listener in the abstract namespace.
 func (t *Transport) Install(e *core.Engine) error {

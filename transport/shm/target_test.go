@@ -253,5 +253,5 @@ func TestAuthentication(t *testing.T) {
 	code, st, err := run(t, good, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
 		Remote: peer.Buffers[0].Addr, Len: 4096}}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
-	require.Equal(t, core.TransportShm, st[0].Transport)
+	require.Equal(t, ID, st[0].Transport)
 }

@@ -93,7 +93,7 @@ func TestTransferMatrix(t *testing.T) {
 		require.Equal(t, status.OK, code, "%v", err)
 		written := map[int]bool{}
 		for i, s := range spans {
-			require.Equal(t, core.TransportShm, st[i].Transport)
+			require.Equal(t, ID, st[i].Transport)
 			require.Equal(t, s.n, st[i].Bytes)
 			require.Zero(t, st[i].Flags)
 			if s.op == core.OpRead {

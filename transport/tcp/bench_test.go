@@ -15,6 +15,7 @@ import (
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/tcp"
 )
 
 // BenchmarkTransfer moves batches of 128 requests to and from a peer in
@@ -25,7 +26,7 @@ import (
 //	go test -run '^$' -bench Transfer -benchtime 2s ./transport/tcp/
 //	bench/go/tcp_iperf3.sh 3   # the same, between iperf3 runs
 //
-// TENT_BENCH_STREAMS sets Options.TCPStreams; TENT_BENCH_SPAN_MIB the
+// TENT_BENCH_STREAMS sets tcp.Options.Streams; TENT_BENCH_SPAN_MIB the
 // memory (on each side) that the requests cycle through, 128 MiB by
 // default, so that large blocks come from and go to memory, not cache.
 func BenchmarkTransfer(b *testing.B) {
@@ -38,7 +39,7 @@ func BenchmarkTransfer(b *testing.B) {
 	peer := peertest.Start(b, peertest.Config{Transports: []string{"tcp"},
 		Buffers: []peertest.Buffer{{Size: uint64(bufSize), Perm: rw}}})
 	streams, _ := strconv.Atoi(os.Getenv("TENT_BENCH_STREAMS")) // 0: the default
-	e, _ := newEngine(b, core.Options{TCPStreams: streams})
+	e, _ := newEngineWith(b, core.Options{}, tcp.Options{Streams: streams})
 	local := register(b, e, bufSize, 0)
 	random(local)
 	seg, err := e.OpenSegment(peer.Name)

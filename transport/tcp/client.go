@@ -228,7 +228,7 @@ func (c *conn) dial() (net.Conn, error) {
 		deadline = time.Now().Add(c.t.e.Options().DefaultTimeout)
 	}
 	c.t.dials.Add(1)
-	nc, err := c.t.e.DialContext(c.t.ctx, c.pool.key.addr, core.KindTCPData, deadline)
+	nc, err := c.t.e.DialContext(c.t.ctx, c.pool.key.addr, KindData, deadline)
 	if err != nil {
 		return nil, err
 	}

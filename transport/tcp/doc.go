@@ -7,15 +7,15 @@
 //
 // Data connections go to the same listener as the control link. The
 // initiator dials with Engine.DialContext, asking for channel kind
-// core.KindTCPData; the engine's authenticated handshake (see package
-// wire: HMAC-SHA256 challenge-response over the shared secret, protocol
+// KindData (declared in the transport's Spec); the engine's authenticated
+// handshake (see package wire: HMAC-SHA256 challenge-response over the shared secret, protocol
 // version negotiation, the kind bound into the proofs) runs first, so a
 // peer without the secret never gets to send a request. The protocol
 // below is version 1 of the data channel; it is tied to the handshake's
 // protocol version, and the hello repeats it so that a mismatch is
 // reported as VersionMismatch rather than as garbage.
 //
-// Each peer incarnation gets up to Options.TCPStreams connections
+// Each peer incarnation gets up to Options.Streams connections
 // ("streams", default 4), dialed on first use. A peer is known by its tcp
 // endpoint and by the incarnation in the descriptor the requests were
 // routed with; a restarted peer has a new incarnation, so it gets new

@@ -15,6 +15,7 @@ import (
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -111,7 +112,7 @@ func (f *fakePeer) serve(c net.Conn) {
 				return
 			}
 		}
-	case core.KindTCPData:
+	case tcp.KindData:
 		hello := make([]byte, 16)
 		copy(hello, "TTCP")
 		binary.LittleEndian.PutUint16(hello[4:], 1)
@@ -350,7 +351,7 @@ func TestPeerKilledMidBatch(t *testing.T) {
 // later batch with a longer deadline: it is moved when it fires.
 func TestStaleDeadline(t *testing.T) {
 	f := startFake(t, "late")
-	e, tr := newEngine(t, core.Options{TCPStreams: 1})
+	e, tr := newEngineWith(t, core.Options{}, tcp.Options{Streams: 1})
 	local := register(t, e, 4096, 0)
 	seg, err := e.OpenSegment(f.addr())
 	require.NoError(t, err)

@@ -91,7 +91,7 @@ const fuzzGuard = 64 << 10
 func FuzzServe(f *testing.F) {
 	ft := &fuzzTarget
 	ft.once.Do(func() {
-		e, err := core.New(core.Options{Transports: []string{}})
+		e, err := core.New(core.Options{Available: available(tcp.Options{}), Transports: []string{}})
 		require.NoError(f, err)
 		mem, err := unix.Mmap(-1, 0, 3*fuzzGuard, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 		require.NoError(f, err)
@@ -125,7 +125,7 @@ func FuzzServe(f *testing.F) {
 	f.Add(req(9, base, 1, 1))
 	f.Fuzz(func(t *testing.T, stream []byte) {
 		cli, srv := net.Pipe()
-		tr := tcp.New()
+		tr := tcp.New(tcp.Options{})
 		done := make(chan struct{})
 		go func() {
 			defer close(done)

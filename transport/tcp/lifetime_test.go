@@ -106,9 +106,9 @@ func TestTeardownUnderLoad(t *testing.T) {
 	for _, how := range []string{"uninstall", "close"} {
 		t.Run(how, func(t *testing.T) {
 			fds, goroutines := fdCount(t), runtime.NumGoroutine()
-			e, err := core.New(core.Options{Transports: []string{}})
+			e, err := core.New(core.Options{Available: available(tcp.Options{}), Transports: []string{}})
 			require.NoError(t, err)
-			tr := tcp.New()
+			tr := tcp.New(tcp.Options{})
 			require.NoError(t, e.Install(tr))
 			local := register(t, e, 32<<20, 0)
 			seg, err := e.OpenSegment(peer.Name)
@@ -150,11 +150,11 @@ func TestTeardownUnderLoad(t *testing.T) {
 // requests fail and it recovers once the target serves again.
 func TestTargetUninstallUnderLoad(t *testing.T) {
 	fds, goroutines := fdCount(t), runtime.NumGoroutine()
-	a, err := core.New(core.Options{Transports: []string{"tcp"}})
+	a, err := core.New(core.Options{Available: available(tcp.Options{}), Transports: []string{"tcp"}})
 	require.NoError(t, err)
-	b, err := core.New(core.Options{Transports: []string{}})
+	b, err := core.New(core.Options{Available: available(tcp.Options{}), Transports: []string{}})
 	require.NoError(t, err)
-	tb := tcp.New()
+	tb := tcp.New(tcp.Options{})
 	require.NoError(t, b.Install(tb))
 	src := alloc(t, a, 32<<20, 0)
 	dst := alloc(t, b, 32<<20, rw)
@@ -175,7 +175,7 @@ func TestTargetUninstallUnderLoad(t *testing.T) {
 	wait()
 
 	// Serving again (a fresh instance), the initiator recovers.
-	tb2 := tcp.New()
+	tb2 := tcp.New(tcp.Options{})
 	require.NoError(t, b.Install(tb2))
 	random(src)
 	code, _, err := run(t, a, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
@@ -237,7 +237,7 @@ func TestAuthentication(t *testing.T) {
 		e, tr := newEngine(t, core.Options{Secret: []byte(secret), DefaultTimeout: 2 * time.Second})
 		_, err := e.OpenSegment(peer.Name)
 		require.ErrorIs(t, err, status.ErrAuthFailed)
-		_, err = e.Dial(peer.Name, core.KindTCPData, time.Now().Add(2*time.Second))
+		_, err = e.Dial(peer.Name, tcp.KindData, time.Now().Add(2*time.Second))
 		require.ErrorIs(t, err, status.ErrAuthFailed)
 		src := register(t, e, 1<<20, 0)
 		random(src)

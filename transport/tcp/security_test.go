@@ -10,6 +10,7 @@ import (
 	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/tcp"
 )
 
 // tcp hands a peer nothing but answers: every request is checked by the
@@ -31,7 +32,7 @@ func TestReadOnlyAllocationOverTCP(t *testing.T) {
 	code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(dst), Segment: seg,
 		Remote: ro.Addr, Len: 1 << 20}}, 5*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
-	require.Equal(t, core.TransportTCP, st[0].Transport)
+	require.Equal(t, tcp.ID, st[0].Transport)
 	require.Equal(t, peertest.Pattern(0, 1<<20), dst)
 
 	_, st, _ = run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(dst), Segment: seg,

@@ -20,7 +20,7 @@ const (
 	flushPieces = 512
 )
 
-// serve is the engine's handler for KindTCPData connections: it runs the
+// serve is the engine's handler for KindData connections: it runs the
 // target side of one stream until the peer leaves, breaks the protocol,
 // stalls, or the transport is uninstalled.
 func (t *Transport) serve(nc net.Conn, _ string) {

@@ -117,7 +117,7 @@ func TestStaging(t *testing.T) {
 		code, st, err := run(t, e, []core.TransferRequest{req(core.OpWrite, 0), req(core.OpWrite, 1)}, 10*time.Second)
 		require.Equal(t, status.OK, code, "%v", err)
 		for _, s := range st {
-			require.Equal(t, core.RequestStatus{Code: status.OK, Transport: core.TransportTCP, Bytes: size, Flags: core.FlagStaged}, s)
+			require.Equal(t, core.RequestStatus{Code: status.OK, Transport: tcp.ID, Bytes: size, Flags: core.FlagStaged}, s)
 		}
 		want := peertest.Pattern(11, 4*size)[:2*size]
 		clear(gpu)
@@ -138,7 +138,7 @@ func TestStaging(t *testing.T) {
 		code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(gpu), Segment: seg,
 			Remote: remoteGPU, Len: 1 << 20}}, 10*time.Second)
 		require.Equal(t, status.Unsupported, code)
-		require.Equal(t, core.TransportTCP, st[0].Transport)
+		require.Equal(t, tcp.ID, st[0].Transport)
 		require.ErrorContains(t, err, "no copy engine for this GPU memory (test)")
 		requireStagingReleased(t, tr)
 	})

@@ -14,10 +14,6 @@ import (
 	"github.com/tent-dev/tent/wire"
 )
 
-func init() {
-	core.RegisterTransport("tcp", func() core.Transport { return New() })
-}
-
 const (
 	// chunkSize is the most one request on the wire carries: larger
 	// requests are split, and their chunks spread over the streams.
@@ -121,13 +117,17 @@ func (t *Transport) reap() {
 	}
 }
 
-// New returns an uninstalled tcp transport.
-func New() *Transport {
-	return &Transport{pools: map[peerKey]*pool{}, srvConns: map[net.Conn]struct{}{}, reqs: map[*core.Request]*reqState{},
+// New returns an uninstalled tcp transport with options o.
+func New(o Options) *Transport {
+	o = o.withDefaults()
+	return &Transport{streams: o.Streams, pools: map[peerKey]*pool{}, srvConns: map[net.Conn]struct{}{}, reqs: map[*core.Request]*reqState{},
 		noConns: make(chan struct{}, 1), log: slog.New(slog.DiscardHandler)}
 }
 
-func (t *Transport) Name() string                          { return "tcp" }
+func (t *Transport) Name() string { return Name }
+
+// Options are the options the transport was made with, defaults filled in.
+func (t *Transport) Options() Options                      { return Options{Streams: t.streams} }
 func (t *Transport) RegisterMemory([]*core.Region) error   { return nil }
 func (t *Transport) UnregisterMemory([]*core.Region) error { return nil }
 
@@ -139,16 +139,22 @@ func (t *Transport) Install(e *core.Engine) error {
 	if t.e != nil || t.closed {
 		return status.Errorf(status.InvalidArgument, "tcp transport instance already installed")
 	}
+	// t.mu is held until Install returns, so a connection handed over
+	// before then waits in serve for the fields below.
+	unhandle, err := e.HandleConn(KindData, t.serve)
+	if err != nil {
+		return err
+	}
 	bufs, err := slab.New(readBufSize, 16)
 	if err != nil {
+		unhandle()
 		return err
 	}
 	t.bufs = bufs
 	t.e = e
 	t.log = e.Logger().With("transport", "tcp")
-	t.streams = e.Options().TCPStreams
 	t.ctx, t.cancel = context.WithCancel(context.Background())
-	t.unhandle = e.HandleConn(core.KindTCPData, t.serve)
+	t.unhandle = unhandle
 	return nil
 }
 
@@ -160,7 +166,7 @@ func (t *Transport) Endpoints() []wire.Endpoint {
 	if e == nil {
 		return nil
 	}
-	return []wire.Endpoint{{Transport: "tcp", Addr: e.ListenAddr()}}
+	return []wire.Endpoint{{Transport: Name, Addr: e.ListenAddr()}}
 }
 
 // Eligible: the peer publishes a tcp endpoint. GPU memory goes through
@@ -173,7 +179,7 @@ func (t *Transport) Eligible(r *core.Request) bool {
 
 func tcpAddr(d *wire.SegmentDesc) string {
 	for _, ep := range d.Endpoints {
-		if ep.Transport == "tcp" {
+		if ep.Transport == Name {
 			return ep.Addr
 		}
 	}

@@ -40,20 +40,30 @@ func TestMain(m *testing.M) {
 		_, err = e.Register(core.RegionDesc{Addr: addr, Len: uint64(size), Location: "cuda:0"}, rw)
 		return strconv.FormatUint(addr, 10), err
 	}
-	peertest.Main()
+	peertest.Main(available(tcp.Options{})...)
 	os.Exit(m.Run())
 }
 
 const rw = core.PermRemoteRead | core.PermRemoteWrite
 
+// available is what the tests' engines may install: tcp alone, with o.
+func available(o tcp.Options) []core.TransportSpec { return []core.TransportSpec{tcp.Spec(o)} }
+
 // newEngine returns an engine with only this transport installed, and the
 // transport (to read its stats after it is uninstalled).
 func newEngine(t testing.TB, opts core.Options) (*core.Engine, *tcp.Transport) {
 	t.Helper()
+	return newEngineWith(t, opts, tcp.Options{})
+}
+
+// newEngineWith is newEngine with the transport's options o.
+func newEngineWith(t testing.TB, opts core.Options, o tcp.Options) (*core.Engine, *tcp.Transport) {
+	t.Helper()
+	opts.Available = available(o)
 	opts.Transports = []string{}
 	e, err := core.New(opts)
 	require.NoError(t, err)
-	tr := tcp.New()
+	tr := tcp.New(o)
 	require.NoError(t, e.Install(tr))
 	t.Cleanup(func() { _ = e.Close() })
 	return e, tr
@@ -173,7 +183,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 			code, st, err := run(t, e, reqs, 30*time.Second)
 			require.Equal(t, status.OK, code, "%v", err)
 			for i := range st {
-				require.Equal(t, core.TransportTCP, st[i].Transport)
+				require.Equal(t, tcp.ID, st[i].Transport)
 				require.EqualValues(t, c.n, st[i].Bytes)
 			}
 			require.Equal(t, peertest.Sum(model), peerSum(t, peer, buf), "peer's buffer after the WRITE")
@@ -204,7 +214,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 func TestTransferInProcess(t *testing.T) {
 	for _, streams := range []int{1, 7} {
 		t.Run(fmt.Sprint(streams), func(t *testing.T) {
-			a, _ := newEngine(t, core.Options{TCPStreams: streams})
+			a, _ := newEngineWith(t, core.Options{}, tcp.Options{Streams: streams})
 			b, _ := newEngine(t, core.Options{})
 			src := alloc(t, a, 8<<20, 0)
 			dst := alloc(t, b, 8<<20, rw)

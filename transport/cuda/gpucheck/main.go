@@ -193,7 +193,7 @@ func child() error {
 	if err != nil {
 		return err
 	}
-	e, err := core.New(core.Options{Transports: []string{cudatransport.Name}, Memory: gpuMemory()})
+	e, err := core.New(core.Options{Available: []core.TransportSpec{cudatransport.Spec()}, Memory: gpuMemory()})
 	if err != nil {
 		return err
 	}
@@ -299,7 +299,7 @@ func move(e *core.Engine, seg *core.Segment, op core.Op, local, remote uint64) (
 	st := make([]core.RequestStatus, len(reqs))
 	b.Status(st)
 	for i, s := range st {
-		if s.Transport != core.TransportCUDA {
+		if s.Transport != cudatransport.ID {
 			return el, fmt.Errorf("request %d served by transport %d, not cuda", i, s.Transport)
 		}
 	}
@@ -328,7 +328,7 @@ func run(res *Result, peerOut **peerProc) int {
 		res.fail("%v", err)
 		return 2
 	}
-	if warm, err := core.New(core.Options{Transports: []string{cudatransport.Name}, Memory: gpuMemory()}); err == nil {
+	if warm, err := core.New(core.Options{Available: []core.TransportSpec{cudatransport.Spec()}, Memory: gpuMemory()}); err == nil {
 		_ = warm.Close()
 	}
 	res.FDsBefore = countFDs()
@@ -347,7 +347,7 @@ func run(res *Result, peerOut **peerProc) int {
 	*peerOut = peer
 	defer peer.kill()
 
-	e, err := core.New(core.Options{Transports: []string{cudatransport.Name}, DefaultTimeout: time.Minute, Memory: gpuMemory()})
+	e, err := core.New(core.Options{Available: []core.TransportSpec{cudatransport.Spec()}, DefaultTimeout: time.Minute, Memory: gpuMemory()})
 	if err != nil {
 		res.fail("engine: %v", err)
 		return 1
