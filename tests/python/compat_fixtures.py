@@ -2,11 +2,8 @@
 processes (tent.compat.clients), a real etcd, the HTTP metadata server as
 a process, and free ports."""
 
-import json
 import os
-import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -16,6 +13,8 @@ import urllib.request
 
 import pytest
 
+from tent.compat.clients import Peer
+
 
 def free_port():
     with socket.socket() as s:
@@ -23,58 +22,14 @@ def free_port():
         return s.getsockname()[1]
 
 
-class PeerProcess:
-    """`python -m tent.compat.clients <role>`: JSON lines on stdin/stdout."""
+class PeerProcess(Peer):
+    """tent.compat.clients.Peer, with the test's assertion on start."""
 
     def __init__(self, role, args=(), env=None, timeout=30):
-        full_env = dict(os.environ)
-        full_env.update(env or {})
-        self.timeout = timeout
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tent.compat.clients", role, *map(str, args)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=full_env)
-        self.ready = self.read()
-        assert self.ready.get("ready"), f"{role} did not start: {self.ready} {self.stderr()}"
-
-    def read(self, timeout=None):
-        deadline = time.monotonic() + (timeout or self.timeout)
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise TimeoutError(f"no answer from the peer within {timeout or self.timeout} s: {self.stderr()}")
-            r, _, _ = select.select([self.proc.stdout], [], [], left)
-            if r:
-                line = self.proc.stdout.readline()
-                if not line:
-                    raise EOFError(f"the peer exited ({self.proc.poll()}): {self.stderr()}")
-                return json.loads(line)
-
-    def call(self, cmd, timeout=None, **kw):
-        self.proc.stdin.write(json.dumps({"cmd": cmd, **kw}) + "\n")
-        self.proc.stdin.flush()
-        return self.read(timeout)
-
-    def quit(self):
-        bye = self.call("quit")
-        self.proc.wait(timeout=self.timeout)
-        return bye
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=self.timeout)
-
-    def stderr(self):
-        """The peer's stderr so far (without blocking), for failure messages."""
-        if not select.select([self.proc.stderr], [], [], 0)[0]:
-            return ""
-        return os.read(self.proc.stderr.fileno(), 1 << 16).decode("utf-8", "replace")[-2000:]
-
-    def close(self):
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(timeout=self.timeout)
-        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            f.close()
+        try:
+            super().__init__(role, args, env, timeout)
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
 
 
 @pytest.fixture

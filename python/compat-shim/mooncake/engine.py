@@ -2,6 +2,12 @@
 
 from tent.compat.mooncake import (  # noqa: F401
     P2PHANDSHAKE,
+    SUPPORT_CUDA,
+    SUPPORT_EFA,
+    SUPPORT_HIP,
+    SUPPORT_INTRA_NVLINK,
+    SUPPORT_MNNVL,
+    SUPPORT_MUSA,
     Read,
     TransferEngine,
     TransferNotify,

@@ -86,6 +86,75 @@ def _commands() -> Any:
             yield json.loads(line)
 
 
+class Peer:
+    """``python -m tent.compat.clients <role> ...`` as a child process,
+    driven over its stdin/stdout (one JSON object per line)."""
+
+    def __init__(self, role: str, args: Sequence[Any] = (), env: Optional[Dict[str, str]] = None,
+                 timeout: float = 30.0) -> None:
+        import subprocess
+
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        self.timeout = timeout
+        self.proc = subprocess.Popen([sys.executable, "-m", "tent.compat.clients", role, *map(str, args)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True, env=full_env)
+        self.ready = self.read()
+        if not self.ready.get("ready"):
+            raise RuntimeError(f"{role} did not start: {self.ready} {self.stderr()}")
+
+    def read(self, timeout: Optional[float] = None) -> Dict[str, Any]:
+        import select
+
+        assert self.proc.stdout is not None
+        limit = timeout or self.timeout
+        deadline = time.monotonic() + limit
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"no answer from the peer within {limit} s: {self.stderr()}")
+            if select.select([self.proc.stdout], [], [], left)[0]:
+                line = self.proc.stdout.readline()
+                if not line:
+                    raise EOFError(f"the peer exited ({self.proc.poll()}): {self.stderr()}")
+                return dict(json.loads(line))
+
+    def call(self, cmd: str, timeout: Optional[float] = None, **kw: Any) -> Dict[str, Any]:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps({"cmd": cmd, **kw}) + "\n")
+        self.proc.stdin.flush()
+        return self.read(timeout)
+
+    def quit(self) -> Dict[str, Any]:
+        bye = self.call("quit")
+        self.proc.wait(timeout=self.timeout)
+        return bye
+
+    def kill(self) -> None:
+        import signal
+
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=self.timeout)
+
+    def stderr(self) -> str:
+        """The peer's stderr so far (without blocking), for messages."""
+        import select
+
+        err = self.proc.stderr
+        if err is None or not select.select([err], [], [], 0)[0]:
+            return ""
+        return os.read(err.fileno(), 1 << 16).decode("utf-8", "replace")[-2000:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=self.timeout)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                f.close()
+
+
 # ---- Mooncake: SGLang-shaped ---------------------------------------------------
 
 
@@ -203,7 +272,8 @@ def nixl_peer(args: argparse.Namespace) -> int:
         agent.send_local_metadata()
     _emit({"ready": True, "agent": agent.name, "metadata": base64.b64encode(agent.get_agent_metadata()).decode(),
            "bases": [d[0] for d in caches_data], "block_len": args.block_size, "blocks": args.blocks,
-           "listen_port": getattr(agent, "listen_port", args.listen_port), "pid": os.getpid()})
+           "listen_port": getattr(agent, "listen_port", args.listen_port), "pid": os.getpid(),
+           "tent_address": agent.tent_engine.name if hasattr(agent, "tent_engine") else None})
     pending: Dict[str, List[bytes]] = {}
     for cmd in _commands():
         op = cmd.get("cmd")
@@ -311,6 +381,122 @@ class NixlDecoder:
         return {"leaks": held, "process_handles": live_process_handles()}
 
 
+# ---- what the compat layer costs ---------------------------------------------------
+
+
+def overhead(transport: str = "shm", block_size: int = 65536, batch: int = 128, iters: int = 50,
+             rounds: int = 8) -> Dict[str, Any]:
+    """Microseconds per batch of `batch` x `block_size` WRITEs to a peer
+    process: tent's own call (a prebuilt request array, ``Engine.transfer``
+    and ``wait``) beside the same batch through Mooncake's
+    ``batch_transfer_sync_write`` and through NIXL's ``make_prepped_xfer`` /
+    ``transfer`` / ``check_xfer_state`` / ``release_xfer_handle``, on the
+    same engine and memory, interleaved round by round; the best round of
+    each (least disturbed by other load) and the median."""
+    import statistics
+
+    env = {"TENT_COMPAT_TRANSPORTS": transport}
+    saved = os.environ.get("TENT_COMPAT_TRANSPORTS")
+    os.environ["TENT_COMPAT_TRANSPORTS"] = transport
+
+    def timed(fs: Dict[str, Any]) -> Dict[str, List[float]]:
+        for f in fs.values():
+            for _ in range(max(5, iters // 4)):
+                f()
+        runs: Dict[str, List[float]] = {k: [] for k in fs}
+        for _ in range(rounds):
+            for k, f in fs.items():
+                t0 = time.perf_counter()
+                for _ in range(iters):
+                    f()
+                runs[k].append((time.perf_counter() - t0) / iters * 1e6)
+        return runs
+
+    out: Dict[str, Any] = {"transport": transport, "block_size": block_size, "batch": batch}
+    runs: Dict[str, List[float]] = {}
+    try:
+        target = Peer("mooncake-target", ["--protocol", transport, "--layers", 1, "--blocks", batch,
+                                          "--block-size", block_size], env)
+        init = MooncakeInitiator("127.0.0.1", "P2PHANDSHAKE", transport, 1, batch, block_size)
+        try:
+            session, dst = target.ready["session"], target.ready["ptrs"][0]
+            engine = init.engine.get_engine()
+            srcs = [init.ptrs[0] + i * block_size for i in range(batch)]
+            dsts = [dst + i * block_size for i in range(batch)]
+            lens = [block_size] * batch
+            seg = engine.open_segment(session)
+            reqs = tent_requests(seg, srcs, dsts, lens)
+
+            def native() -> None:
+                with engine.transfer(reqs) as b:
+                    b.wait()
+
+            def mooncake() -> None:
+                if init.engine.batch_transfer_sync_write(session, srcs, dsts, lens) != 0:
+                    raise RuntimeError(init.engine.last_error)
+
+            r = timed({"tent": native, "mooncake": mooncake})
+            runs["tent (mooncake peer)"], runs["mooncake"] = r["tent"], r["mooncake"]
+            seg.close()
+        finally:
+            init.close()
+            target.quit()
+            target.close()
+        peer = Peer("nixl-peer", ["--layers", 1, "--blocks", batch, "--block-size", block_size], env)
+        dec = NixlDecoder(1, batch, block_size, telemetry=False)
+        try:
+            name = dec.add_peer(peer.ready)
+            agent, ids = dec.agent, list(range(batch))
+            engine = agent.tent_engine
+            seg = engine.open_segment(peer.ready["tent_address"])
+            base = int(dec.kv[0].ctypes.data)
+            reqs = tent_requests(seg, [base + i * block_size for i in range(batch)],
+                                 [peer.ready["bases"][0] + i * block_size for i in range(batch)],
+                                 [block_size] * batch)
+
+            def native2() -> None:
+                with engine.transfer(reqs) as b:
+                    b.wait()
+
+            def nixl() -> None:
+                h = agent.make_prepped_xfer("WRITE", dec.local_handle, ids, dec.remote_handles[name], ids)
+                agent.transfer(h)
+                while agent.check_xfer_state(h) != "DONE":
+                    pass
+                agent.release_xfer_handle(h)
+
+            r = timed({"tent": native2, "nixl": nixl})
+            runs["tent (nixl peer)"], runs["nixl"] = r["tent"], r["nixl"]
+            seg.close()
+        finally:
+            dec.close()
+            peer.quit()
+            peer.close()
+    finally:
+        if saved is None:
+            os.environ.pop("TENT_COMPAT_TRANSPORTS", None)
+        else:
+            os.environ["TENT_COMPAT_TRANSPORTS"] = saved
+    out["us_per_batch"] = {k: {"best": round(min(v), 1), "median": round(statistics.median(v), 1)}
+                           for k, v in runs.items()}
+    for api, ref in (("mooncake", "tent (mooncake peer)"), ("nixl", "tent (nixl peer)")):
+        out[f"{api}_added_percent"] = round((min(runs[api]) / min(runs[ref]) - 1) * 100, 1)
+    return out
+
+
+def tent_requests(seg: Any, srcs: Sequence[int], dsts: Sequence[int], lens: Sequence[int]) -> Any:
+    """A request array the way a tent client builds one (tent.make_requests)."""
+    import numpy as np
+
+    import tent
+
+    base = int(srcs[0])
+    return tent.make_requests("write", base, seg, int(dsts[0]),
+                              local_offsets=np.asarray(srcs, dtype=np.uint64) - np.uint64(base),
+                              remote_offsets=np.asarray(dsts, dtype=np.uint64) - np.uint64(dsts[0]),
+                              lengths=np.asarray(lens, dtype=np.uint64))
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(prog="python -m tent.compat.clients")
     sub = p.add_subparsers(dest="role", required=True)
@@ -330,7 +516,16 @@ def main(argv: Optional[List[str]] = None) -> int:
     n.add_argument("--listen", action="store_true", help="enable_listen_thread")
     n.add_argument("--listen-port", type=int, default=0)
     n.add_argument("--etcd", action="store_true", help="publish metadata in etcd (NIXL_ETCD_ENDPOINTS)")
+    o = sub.add_parser("overhead", help="what the Mooncake and NIXL calls add to tent's own (JSON)")
+    o.add_argument("--transport", default="shm")
+    o.add_argument("--block-size", type=int, default=65536)
+    o.add_argument("--batch", type=int, default=128)
+    o.add_argument("--iters", type=int, default=50)
+    o.add_argument("--rounds", type=int, default=8)
     args = p.parse_args(argv)
+    if args.role == "overhead":
+        print(json.dumps(overhead(args.transport, args.block_size, args.batch, args.iters, args.rounds)))
+        return 0
     return mooncake_target(args) if args.role == "mooncake-target" else nixl_peer(args)
 
 

@@ -47,6 +47,16 @@ logger = logging.getLogger("tent.compat.mooncake")
 
 P2PHANDSHAKE = "P2PHANDSHAKE"
 
+# Mooncake's build flags: what this API serves. CUDA-stream transfers
+# (transfer_*_on_cuda) are not provided; tent moves GPU memory itself when
+# it is registered (cuda transport, or staged through host memory).
+SUPPORT_CUDA = False
+SUPPORT_EFA = False
+SUPPORT_HIP = False
+SUPPORT_INTRA_NVLINK = False
+SUPPORT_MNNVL = False
+SUPPORT_MUSA = False
+
 # Mooncake's transfer_check_status answers
 _CHECK_DONE, _CHECK_PENDING, _CHECK_FAILED, _CHECK_TIMEOUT = 1, 0, -1, -2
 _FAIL = -1
@@ -126,6 +136,7 @@ class TransferEngine:
         self._answered = threading.Condition(self._lock)
         self._pump: Optional[threading.Thread] = None
         self._drain_lock = threading.Lock()
+        self._scratch = _common.RequestScratch()  # request rows, reused per thread
         self._stop = threading.Event()
         self.last_error = ""  # tent's message for the last failed call (tent addition)
 
@@ -164,6 +175,10 @@ class TransferEngine:
                 self._start(local_hostname, metadata_server, protocol, metadata_type)
         except Exception as exc:  # noqa: BLE001 - Mooncake's contract is a code
             return self._fail("initialize", exc)
+        try:  # numpy imported here, not concurrently by the pump's first calls
+            import numpy  # noqa: F401
+        except ImportError:
+            pass
         self._pump = threading.Thread(target=TransferEngine._pump_loop, args=(weakref.ref(self), self._stop),
                                       name="tent-compat-mooncake-notify", daemon=True)
         self._pump.start()
@@ -310,12 +325,14 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             return self._fail("free_managed_buffer", exc)
 
-    def write_bytes_to_buffer(self, dest_address: int, src: bytes, length: int) -> int:
-        """Copies length bytes of src to dest_address (local memory)."""
+    def write_bytes_to_buffer(self, dest_address: int, src: Any, length: int) -> int:
+        """Copies length bytes of src (bytes-like, or str as UTF-8) to
+        dest_address (local memory)."""
+        data = src.encode() if isinstance(src, str) else bytes(memoryview(src).cast("B"))
         n = int(length)
-        if n < 0 or n > len(src):
-            return self._fail("write_bytes_to_buffer", ValueError(f"length {n} exceeds the {len(src)} bytes given"))
-        ctypes.memmove(int(dest_address), bytes(src[:n]), n)
+        if n < 0 or n > len(data):
+            return self._fail("write_bytes_to_buffer", ValueError(f"length {n} exceeds the {len(data)} bytes given"))
+        ctypes.memmove(int(dest_address), data, n)
         return 0
 
     def read_bytes_from_buffer(self, source_address: int, length: int) -> bytes:
@@ -390,7 +407,7 @@ class TransferEngine:
                 else:
                     e.read((int(buffer), int(length)), seg, int(peer), transport=transport)
                 return 0
-            reqs = _common.requests(op, seg, [buffer], [peer], [length])
+            reqs = _common.requests(op, seg, [buffer], [peer], [length], self._scratch)
             with e.transfer(reqs, notify=self._wrap(notify), transport=transport) as batch:
                 batch.wait()
             return 0
@@ -402,7 +419,7 @@ class TransferEngine:
         try:
             e = self._need()
             seg = self._segment(target)
-            reqs = _common.requests(op, seg, buffers, peers, lengths)
+            reqs = _common.requests(op, seg, buffers, peers, lengths, self._scratch)
             if len(reqs) == 0:
                 return 0
             wrapped = self._wrap(notify) if notify is not None else None
@@ -416,7 +433,7 @@ class TransferEngine:
         try:
             e = self._need()
             seg = self._segment(target)
-            batch = e.transfer(_common.requests(op, seg, buffers, peers, lengths), transport=_hint(hint))
+            batch = e.transfer(_common.requests(op, seg, buffers, peers, lengths, self._scratch), transport=_hint(hint))
             with self._lock:
                 bid = next(self._ids)
                 self._batches[bid] = batch

@@ -257,8 +257,6 @@ class _Xfer:
         self.remote = remote
         self.cols = cols
         self.notif = notif
-        self.reqs: Any = None
-        self.segment = 0  # the handle reqs were built for
         self.batch: Optional[tent.Batch] = None
         self.start_us = 0
         self.post_us = 0
@@ -316,6 +314,7 @@ class nixl_agent:  # noqa: N801
         self._dlists: Dict[int, _Dlist] = {}
         self._xfers: Dict[int, _Xfer] = {}
         self._self_segment: Optional[tent.Segment] = None
+        self._scratch = _common.RequestScratch()  # request rows, reused per thread (tent copies them)
         for b in conf.backends:
             self.create_backend(b)
         self._listener: Optional[_Listener] = None
@@ -880,10 +879,9 @@ class nixl_agent:  # noqa: N801
         t0 = time.time_ns()
         try:
             seg = self._peer_segment(x.remote)
-            if x.reqs is None or x.segment != seg.handle:
-                x.reqs, x.segment = _common.request_words(x.op, seg, x.cols), seg.handle
+            reqs = _common.request_words(x.op, seg, x.cols, self._scratch)
             notify = _common.envelope(_common.KIND_USER, self.name, msg) if msg else None
-            x.batch = self._engine.transfer(x.reqs, notify=notify)
+            x.batch = self._engine.transfer(reqs, notify=notify)
         except nixlBind._nixlError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -954,6 +952,14 @@ class nixl_agent:  # noqa: N801
 
     def estimate_xfer_cost(self, req_handle: nixl_xfer_handle) -> Tuple[int, int, str]:
         raise nixlNotSupportedError("tent does not estimate transfer costs")
+
+    def prep_mem_view(self, dlist: Any, *, backends: Optional[List[str]] = None) -> int:
+        """NIXL's GPU-device memory views (UCX GPU device API): not served."""
+        raise nixlNotSupportedError("memory views need UCX's GPU device API; tent has none "
+                                    "(nixl._bindings.HAVE_UCX_GPU_DEVICE_API is False)")
+
+    def release_mem_view(self, mvh: int) -> None:
+        raise nixlNotSupportedError("memory views are not served (prep_mem_view)")
 
     def release_xfer_handle(self, handle: nixl_xfer_handle) -> None:
         handle.release()

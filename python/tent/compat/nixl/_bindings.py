@@ -338,3 +338,8 @@ class nixlAgentConfig:  # noqa: N801
         self.lthrDelay = 100000
         self.etcdWatchTimeout = 5000000
 
+
+__all__ = sorted(
+    name for name, value in list(globals().items())
+    if not name.startswith("_") and (name.isupper() or name.startswith("nixl"))
+)
