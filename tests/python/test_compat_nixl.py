@@ -59,7 +59,8 @@ def test_vllm_shaped_read_flow(peers, request, monkeypatch, transport, exchange)
             _wait(lambda: dec.agent.check_remote_metadata(ready["agent"]))
             name = ready["agent"]
             dec.prep_remote(name, ready)
-        assert name == ready["agent"]
+        # add_remote_agent returns bytes, as NIXL's bindings do; names work as either
+        assert (name.decode() if isinstance(name, bytes) else name) == ready["agent"]
 
         blocks = [1, 3, 4, 30]
         tel = dec.read_blocks(name, blocks, b"req-1")
@@ -178,7 +179,7 @@ def test_errors_clients_catch(pair):
     with pytest.raises(nixlNotFoundError):
         a.prep_xfer_dlist("nobody", [(mem_b.ctypes.data, 16, 0)], "DRAM")
     name = a.add_remote_agent(b.get_agent_metadata())
-    assert name == "B" and a.check_remote_metadata("B")
+    assert name == b"B" and a.check_remote_metadata("B") and a.check_remote_metadata(b"B")
     with pytest.raises(nixlNotFoundError):  # outside what B registered
         a.prep_xfer_dlist("B", [(mem_b.ctypes.data + mem_b.nbytes, 16, 0)], "DRAM")
     with pytest.raises(nixlNotFoundError):  # local memory not registered
@@ -269,6 +270,17 @@ def test_metadata_and_descriptors_are_not_pickle(pair, monkeypatch):
         c.close()
 
 
+def test_empty_name_and_unknown_memory_type_raise_as_in_nixl(pair):
+    from nixl._api import nixl_agent
+
+    a, _, _, _ = pair
+    with pytest.raises(ValueError):
+        nixl_agent("")
+    with pytest.raises(KeyError):
+        a.get_xfer_descs([(1, 2, 0)], "V-RAM")
+    assert a.get_xfer_descs([(1, 2, 0, 4)], "DRAM") is None  # a 4-tuple is no transfer descriptor
+
+
 def test_descriptor_inputs(pair):
     a, _, mem_a, _ = pair
     rows = np.array([[mem_a.ctypes.data, 128, 0], [mem_a.ctypes.data + 128, 128, 0]], dtype=np.uint64)
@@ -280,3 +292,25 @@ def test_descriptor_inputs(pair):
     assert a.get_reg_descs(x) is None
     assert a.query_memory([(mem_a.ctypes.data, 64, 0, "")], "UCX", "DRAM")[0] is not None
     assert a.query_memory([(8, 64, 0, "")], "UCX", "DRAM") == [None]
+
+
+def test_utils_helpers(pair):
+    import nixl._utils as utils
+
+    a, b, _, _ = pair
+    addr = utils.malloc_passthru(1024)
+    assert addr and addr % 4096 == 0
+    try:
+        utils.ba_buf(addr, 1024)
+        reg = a.get_reg_descs([(addr, 1024, 0, "test")], "DRAM")
+        assert a.register_memory(reg) is not None
+        assert b.add_remote_agent(a.get_agent_metadata()) == a.name.encode()
+        mine = np.full(1024, 0xBA, dtype=np.uint8)
+        utils.verify_transfer(addr, mine.ctypes.data, 1024)
+        mine[7] = 0
+        with pytest.raises(AssertionError):
+            utils.verify_transfer(addr, mine.ctypes.data, 1024)
+        b.remove_remote_agent(a.name)
+        a.deregister_memory(reg)
+    finally:
+        utils.free_passthru(addr)

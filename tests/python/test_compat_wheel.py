@@ -25,7 +25,7 @@ def test_compat_wheel_contents():
     with zipfile.ZipFile(COMPAT_WHEEL) as z:
         names = set(z.namelist())
         for f in ("mooncake/__init__.py", "mooncake/engine.py", "nixl/__init__.py", "nixl/_api.py",
-                  "nixl/_bindings.py", "nixl/logging.py"):
+                  "nixl/_bindings.py", "nixl/logging.py", "nixl/_utils.py"):
             assert f in names, f
         meta = z.read(f"tent_compat-{tent.__version__}.dist-info/METADATA").decode()
         assert f"Requires-Dist: tent=={tent.__version__}" in meta

@@ -279,7 +279,7 @@ class nixl_agent:  # noqa: N801
     def __init__(self, agent_name: str, nixl_conf: Optional[nixl_agent_config] = None,
                  instantiate_all: bool = False) -> None:
         if not isinstance(agent_name, str) or not agent_name:
-            raise nixlInvalidParamError("an agent needs a non-empty name")
+            raise ValueError("an agent needs a non-empty name")  # NIXL: std::invalid_argument
         if nixl_conf and instantiate_all:
             logger.warning("Ignoring instantiate_all based on the provided config in agent creation.")
         conf = nixl_conf or nixl_agent_config()
@@ -445,10 +445,7 @@ class nixl_agent:  # noqa: N801
         return None
 
     def _mem(self, mem_type: str) -> Any:
-        try:
-            return self.nixl_mems[mem_type]
-        except KeyError:
-            raise nixlInvalidParamError(f"unknown memory type {mem_type!r}") from None
+        return self.nixl_mems[mem_type]  # an unknown type is a KeyError, as in NIXL
 
     def _tensor_descs(self, cls: type, tensors: List[Any], width: int) -> Any:
         rows = []
@@ -581,8 +578,9 @@ class nixl_agent:  # noqa: N801
             rows = [(int(a), int(n), int(d), int(descs.getType())) for a, n, d in descs.rows]
         return self._metadata(rows, bool(inc_conn_info))
 
-    def add_remote_agent(self, metadata: bytes) -> str:
-        """Loads a peer's metadata blob; returns its agent name."""
+    def add_remote_agent(self, metadata: bytes) -> bytes:
+        """Loads a peer's metadata blob; returns its agent name (bytes, as
+        NIXL does; every call taking an agent name takes bytes or str)."""
         try:
             _, body = _blob.decode(metadata, self._secret, "nixl-agent")
             name = body["agent"]
@@ -611,9 +609,10 @@ class nixl_agent:  # noqa: N801
                     known.regions = _Regions(rows)
                 else:
                     known.regions = known.regions.merged(rows)
-        return name
+        return name.encode()  # NIXL's bindings return the name as bytes
 
-    def remove_remote_agent(self, agent: str) -> None:
+    def remove_remote_agent(self, agent: Any) -> None:
+        agent = _agent_name(agent)
         with self._lock:
             r = self._remotes.pop(agent, None)
         if r is None:
@@ -621,7 +620,8 @@ class nixl_agent:  # noqa: N801
         if r.segment is not None:
             _close_quietly(r.segment)
 
-    def check_remote_metadata(self, agent: str, descs: Optional[nixlXferDList] = None) -> bool:
+    def check_remote_metadata(self, agent: Any, descs: Optional[nixlXferDList] = None) -> bool:
+        agent = _agent_name(agent)
         with self._lock:
             r = self._remotes.get(agent)
             if r is None:
@@ -633,7 +633,7 @@ class nixl_agent:  # noqa: N801
     def make_connection(self, remote_agent: str, backends: Optional[List[str]] = None) -> None:
         """Opens the tent segment to the peer ahead of the first transfer."""
         self._check_backends(backends)
-        self._peer_segment(remote_agent)
+        self._peer_segment(_agent_name(remote_agent))
 
     def _peer(self, agent: str) -> _Remote:
         r = self._remotes.get(agent)
@@ -681,6 +681,7 @@ class nixl_agent:  # noqa: N801
                               label: str = "") -> None:
         """Asks a peer's listen thread (or etcd) for remote_agent's metadata;
         it is loaded in the background: poll check_remote_metadata."""
+        remote_agent = _agent_name(remote_agent)
         if ip_addr:
             self._side_async("fetch", ip_addr, port, {"agent": remote_agent})
             return
@@ -735,7 +736,7 @@ class nixl_agent:  # noqa: N801
 
     def _serve_side(self, op: str, body: Dict[str, Any]) -> Dict[str, Any]:
         if op == "send":
-            return {"ok": True, "agent": self.add_remote_agent(base64.b64decode(body["md"]))}
+            return {"ok": True, "agent": self.add_remote_agent(base64.b64decode(body["md"])).decode()}
         if op == "fetch":
             if body.get("agent") == self.name:
                 return {"ok": True, "md": _b64(self.get_agent_metadata())}
@@ -756,6 +757,7 @@ class nixl_agent:  # noqa: N801
         ("NIXL_INIT_AGENT" or "") must be registered here, remote ones
         inside what the named agent registered."""
         self._check_backends(backends)
+        agent_name = _agent_name(agent_name)
         descs = self.get_xfer_descs(xfer_list, mem_type)
         if descs is None:
             raise nixlInvalidParamError("prep_xfer_dlist: no descriptors (see the log for why)")
@@ -823,6 +825,7 @@ class nixl_agent:  # noqa: N801
         """A transfer between two descriptor lists (pairwise), to remote_agent."""
         op = self._op(operation)
         self._check_backends(backends)
+        remote_agent = _agent_name(remote_agent)
         if not isinstance(local_descs, nixlXferDList) or not isinstance(remote_descs, nixlXferDList):
             raise nixlInvalidParamError("initialize_xfer takes two nixlXferDList (get_xfer_descs)")
         if len(local_descs) != len(remote_descs):
@@ -1004,6 +1007,7 @@ class nixl_agent:  # noqa: N801
         """Whether remote_agent_name's notification with this tag (a prefix,
         or a substring) arrived; removes that one notification."""
         self.update_notifs(backends)
+        remote_agent_name = _agent_name(remote_agent_name)
         tag = _common.as_bytes(lookup_tag)
         msgs = self.notifs.get(remote_agent_name, [])
         for m in msgs:
@@ -1017,6 +1021,7 @@ class nixl_agent:  # noqa: N801
         agent already completed to that peer)."""
         if backend is not None:
             self._check_backends([backend])
+        remote_agent_name = _agent_name(remote_agent_name)
         seg = self._peer_segment(remote_agent_name)
         try:
             self._engine.notify(seg, _common.envelope(_common.KIND_USER, self.name, _common.as_bytes(notif_msg)))
@@ -1026,6 +1031,16 @@ class nixl_agent:  # noqa: N801
     @staticmethod
     def _tensor_mem_type(tensor: Any) -> str:
         return "DRAM" if tensor.get_device() == -1 else "VRAM"
+
+
+def _agent_name(name: Any) -> str:
+    """An agent name as given by clients: str, or the bytes add_remote_agent
+    returns (NIXL's bindings take either)."""
+    if isinstance(name, (bytes, bytearray)):
+        return bytes(name).decode("utf-8", "replace")
+    if isinstance(name, str):
+        return name
+    raise nixlInvalidParamError(f"an agent name is str or bytes, not {type(name).__name__}")
 
 
 def _close_quietly(obj: Any) -> None:
