@@ -155,6 +155,7 @@ func engineOptions(a uintptr) (core.Options, error) {
 		return o, status.Errorf(status.InvalidArgument, "tent_engine_options.tcp_streams is %d, at most %d", p.tcpStreams, maxTCPStreams)
 	}
 	o.Available = transportSpecs(p.tcpStreams)
+	o.Directory = directoryFor(o.Metadata)
 	return o, nil
 }
 

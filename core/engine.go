@@ -24,9 +24,14 @@ type Options struct {
 	Name string
 	// ListenAddr is where the engine accepts peers; default "127.0.0.1:0".
 	ListenAddr string
-	// Metadata is "p2p" (default) or "etcd://host:port[,host:port...]".
+	// Metadata is the directory's URL, "p2p" (default) or
+	// "etcd://host:port[,host:port...]": what Directory opens, and what
+	// logs and stats show.
 	Metadata       string
 	MetadataPrefix string
+	// Directory opens the engine's directory (etcd.Open, ...); nil means
+	// the p2p directory, which needs no service.
+	Directory DirectoryFactory
 	// Available is the transports this engine may install, each declared
 	// by its package's spec (tcp.Spec(...)): name, id, rank, channel kinds
 	// and the transport's own options. An engine is built with no
@@ -98,6 +103,8 @@ type Engine struct {
 	incarnation uint64
 	srv         *server
 	dir         Directory
+	scope       string // dir's scope: where engines of this process find e by name
+	byAddress   bool   // ... and by listen address
 	notes       *notifyQueue
 	mem         *memory.Layer
 	log         *slog.Logger // Options.Logger with the engine's name
@@ -175,25 +182,25 @@ func New(o Options) (*Engine, error) {
 		srv.close()
 		return nil, err
 	}
-	if opts.Metadata != "p2p" {
-		dir, err := openDirectory(opts.Metadata, e)
-		if err != nil {
-			e.uninstallAll()
-			srv.close()
-			return nil, err
-		}
-		e.dir = dir
+	dir, err := openDirectory(e)
+	if err != nil {
+		e.uninstallAll()
+		srv.close()
+		return nil, err
 	}
+	e.dir = dir
+	e.scope, e.byAddress = dir.Scope()
 	srv.start()
-	if err := registerLocal(e); err != nil {
+	// Published first: a directory that refuses the name (etcd, when
+	// another engine holds it) fails creation before this process's
+	// engines can reach this one by it.
+	if err := e.publish(); err != nil {
 		_ = e.Close()
 		return nil, err
 	}
-	if e.dir != nil {
-		if err := e.publish(); err != nil {
-			_ = e.Close()
-			return nil, err
-		}
+	if err := registerLocal(e); err != nil {
+		_ = e.Close()
+		return nil, err
 	}
 	attrs := []any{"listen", srv.addr(), "metadata", opts.Metadata, "transports", transportNames(e.Transports())}
 	if un := e.Unavailable(); len(un) > 0 {
@@ -481,9 +488,7 @@ func (e *Engine) Close() error {
 	e.mu.Unlock()
 
 	unregisterLocal(e)
-	if e.dir != nil {
-		_ = e.dir.Close()
-	}
+	_ = e.dir.Close()
 	e.log.Debug("engine closing", "batches", len(batches), "regions", len(regions))
 	// Movers first: a batch becomes final only once they let go of it.
 	err := e.uninstall(victims)
@@ -586,12 +591,10 @@ func (e *Engine) notifyChange() {
 		f()
 	}
 	e.pushChange()
-	if e.dir != nil {
-		// Waits until the directory holds the change, within the
-		// directory's bound; past it the directory goes on in the
-		// background and the change stands (see Directory.Publish).
-		_ = e.publish()
-	}
+	// Waits until a directory that stores descriptors holds the change,
+	// within its bound; past it the directory goes on in the background
+	// and the change stands (see Publisher).
+	_ = e.publish()
 }
 
 // Regions returns a snapshot of the registered regions, ordered by address.
@@ -620,7 +623,7 @@ type Stats struct {
 	Connections      int // accepted connections being served
 	Notifications    int // received, not yet taken
 	Transports       map[string]map[string]int64
-	// Metadata is the directory's counters (nil for p2p metadata).
+	// Metadata is the directory's counters (nil for p2p, which keeps none).
 	Metadata map[string]int64
 	// Listeners counts, for the engine's listener ("engine") and each
 	// installed transport with a listener of its own, what its accept loop

@@ -164,3 +164,12 @@ func TestTwoEnginesOfOneProcessCannotShareAName(t *testing.T) {
 	require.NoError(t, err)
 	require.Same(t, second, s.Peer().Local())
 }
+
+// A metadata URL without a directory to open it is refused, not served as
+// p2p: peers resolving the name in that service would never find the
+// engine.
+func TestMetadataWithoutDirectory(t *testing.T) {
+	_, err := core.New(core.Options{Metadata: "etcd://127.0.0.1:2379", Transports: []string{}})
+	require.ErrorIs(t, err, status.ErrUnsupported)
+	require.ErrorContains(t, err, "Options.Directory")
+}

@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/tent-dev/tent/internal/netaddr"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -177,21 +176,20 @@ func (p *Peer) controlLink(addr string, deadline time.Time) (*link, error) {
 // controlAddr is where the peer's control service listens.
 func controlAddr(d *wire.SegmentDesc) string {
 	for _, ep := range d.Endpoints {
-		if ep.Transport == "ctl" {
+		if ep.Transport == wire.ControlEndpoint {
 			return ep.Addr
 		}
 	}
 	return ""
 }
 
-// resolve fetches p's descriptor: from the directory when one is
-// configured, else from the peer itself (p2p: the name is its address).
+// resolve fetches p's descriptor: the directory says where the name
+// leads, and the engine there answers over its control link.
 func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error) {
-	// Without a directory a name is an address, and an engine of this
-	// process listening there is reached directly. With one, names belong
-	// to the directory (engines of one process may use different
-	// prefixes), so only the incarnation it returns identifies a local one.
-	if local := lookupLocal(p.name); local != nil && e.dir == nil {
+	// An engine of this process that answers to the name in this
+	// directory's scope is reached directly: a scope grants a name to one
+	// engine of the process only (registerLocal).
+	if local := lookupLocal(e.scope, p.name); local != nil {
 		if err := e.sameSecret(local); err != nil {
 			return nil, err
 		}
@@ -200,36 +198,13 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 		p.mu.Unlock()
 		return local.Descriptor()
 	}
-	if e.dir == nil {
-		// Not an engine of this process: the name is an address, checked
-		// whole before anything dials it.
-		if err := netaddr.CheckDial(p.name); err != nil {
-			return nil, status.Errorf(status.InvalidArgument,
-				"segment name %q: with p2p metadata a segment is named by its engine's \"host:port\": %v", p.name, err)
-		}
+	d, err := e.dir.Resolve(p.name, deadline)
+	if err != nil {
+		return nil, err
 	}
-	addr := p.name
-	if e.dir != nil {
-		d, err := e.dir.Resolve(p.name, deadline)
-		if err != nil {
-			return nil, err
-		}
-		// An incarnation alone proves nothing (anyone who saw a descriptor
-		// can repeat it): the local engine must also own this name in the
-		// same directory, which the directory grants to one engine only.
-		if local := lookupIncarnation(d.Incarnation); local != nil && local.name == p.name &&
-			local.opts.Metadata == e.opts.Metadata && local.opts.MetadataPrefix == e.opts.MetadataPrefix {
-			if err := e.sameSecret(local); err != nil {
-				return nil, err
-			}
-			p.mu.Lock()
-			p.local = local
-			p.mu.Unlock()
-			return local.Descriptor()
-		}
-		if addr = controlAddr(d); addr == "" {
-			return nil, status.Errorf(status.Protocol, "segment %q publishes no control endpoint", p.name)
-		}
+	addr := controlAddr(d)
+	if addr == "" {
+		return nil, status.Errorf(status.Protocol, "segment %q publishes no control endpoint", p.name)
 	}
 	l, err := p.controlLink(addr, deadline)
 	if err != nil {
@@ -249,7 +224,7 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 	if serr != nil {
 		return nil, serr
 	}
-	d, err := wire.UnmarshalSegmentDesc(raw)
+	d, err = wire.UnmarshalSegmentDesc(raw)
 	if err != nil {
 		l.fail(err)
 		return nil, status.Errorf(status.CodeOf(err), "segment %q sent a bad descriptor: %w", p.name, err)
@@ -257,7 +232,7 @@ func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error)
 	// A descriptor that came over the network never makes the peer "local",
 	// whatever incarnation it claims: a remote engine could repeat another
 	// in-process engine's and have transfers copied into that one's memory.
-	// In-process peers are found by address (above) only.
+	// In-process peers are found by name in the scope (above) only.
 	return d, nil
 }
 
@@ -329,16 +304,6 @@ func (e *Engine) OpenSegment(name string) (*Segment, error) {
 		e.mu.Unlock()
 		return nil, status.Errorf(status.Closed, "engine is closed")
 	}
-	if e.dir == nil && lookupLocal(name) == nil {
-		// Without a directory a name is an address: check it whole before
-		// anything dials it. An engine of this process is found by its
-		// own name, whatever that is (resolve reaches it directly).
-		if err := netaddr.CheckDial(name); err != nil {
-			e.mu.Unlock()
-			return nil, status.Errorf(status.InvalidArgument,
-				"segment name %q: with p2p metadata a segment is named by its engine's \"host:port\": %v", name, err)
-		}
-	}
 	p := e.peers[name]
 	if p == nil {
 		p = &Peer{e: e, name: name}
@@ -401,39 +366,34 @@ func (e *Engine) CloseSegment(s *Segment) error {
 }
 
 // Process-wide registry of live engines, so peers in the same process are
-// reached directly.
+// reached directly. Keys are a directory scope and a name in it.
 var (
-	localMu      sync.Mutex
-	localByName  = map[string]*Engine{}
-	localByIncar = map[uint64]*Engine{}
+	localMu     sync.Mutex
+	localByName = map[localKey]*Engine{}
 )
 
-// registerLocal makes e reachable by its name and its listen address from
-// engines of this process. For a p2p engine, whose peers in this process
-// find it by name alone, a name (or address) that another live engine of
-// this process already answers to is refused: opening it would reach the
-// other engine, and data meant for e would land there. Engines with a
-// directory are named within its namespace (etcd refuses a taken name per
-// prefix), so for them the first engine keeps an in-process name.
+type localKey struct{ scope, name string }
+
+// registerLocal makes e reachable, from engines of this process with a
+// directory of the same scope, by its name (and its listen address, where
+// the scope names engines by address). A key another live engine holds is
+// refused: opening it would reach the other engine, and data meant for e
+// would land there. Directories that grant names themselves (etcd) have
+// refused a taken one before this (New publishes first).
 func registerLocal(e *Engine) error {
 	localMu.Lock()
 	defer localMu.Unlock()
-	keys := []string{e.name}
-	if a := e.srv.addr(); a != e.name {
-		keys = append(keys, a)
+	keys := []localKey{{e.scope, e.name}}
+	if a := e.srv.addr(); a != e.name && e.byAddress {
+		keys = append(keys, localKey{e.scope, a})
 	}
-	if e.dir == nil {
-		for _, k := range keys {
-			if other, taken := localByName[k]; taken && other != e {
-				return status.Errorf(status.NameInUse, "engine name %q is already used by another engine of this process", k)
-			}
-		}
-	}
-	localByIncar[e.incarnation] = e
 	for _, k := range keys {
-		if _, taken := localByName[k]; !taken {
-			localByName[k] = e
+		if other, taken := localByName[k]; taken && other != e {
+			return status.Errorf(status.NameInUse, "engine name %q is already used by another engine of this process", k.name)
 		}
+	}
+	for _, k := range keys {
+		localByName[k] = e
 	}
 	return nil
 }
@@ -441,22 +401,15 @@ func registerLocal(e *Engine) error {
 func unregisterLocal(e *Engine) {
 	localMu.Lock()
 	defer localMu.Unlock()
-	delete(localByIncar, e.incarnation)
-	for n, x := range localByName {
+	for k, x := range localByName {
 		if x == e {
-			delete(localByName, n)
+			delete(localByName, k)
 		}
 	}
 }
 
-func lookupLocal(name string) *Engine {
+func lookupLocal(scope, name string) *Engine {
 	localMu.Lock()
 	defer localMu.Unlock()
-	return localByName[name]
-}
-
-func lookupIncarnation(inc uint64) *Engine {
-	localMu.Lock()
-	defer localMu.Unlock()
-	return localByIncar[inc]
+	return localByName[localKey{scope, name}]
 }

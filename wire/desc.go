@@ -44,6 +44,10 @@ const (
 	minRegionSize     = 8 + 8 + 1 + 4 + 8 + 4
 )
 
+// ControlEndpoint is the Endpoint.Transport of the engine's own listener,
+// where its control links (descriptors, change pushes, notifications) go.
+const ControlEndpoint = "ctl"
+
 // Endpoint is an address at which a segment's engine accepts connections of
 // one transport.
 type Endpoint struct {

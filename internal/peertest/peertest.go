@@ -21,6 +21,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/memory"
 	tmem "github.com/tent-dev/tent/memory"
+	"github.com/tent-dev/tent/metadata/p2p"
 )
 
 const envConfig = "TENT_PEERTEST_CONFIG"
@@ -74,14 +75,16 @@ type Accessor interface {
 // command's arguments and returns the one-line answer.
 type Command func(e *core.Engine, args []string) (string, error)
 
-// Accessors (by location kind, "cuda"), Commands (by name) and Memory
+// Accessors (by location kind, "cuda"), Commands (by name), Memory
 // (the memory kinds of the peer's engine besides host memory; nil for
-// host memory only) extend the peer. A test binary sets them in TestMain
-// before calling Main; they are read-only afterwards.
+// host memory only) and Directory (what opens the peer's directory when
+// Config.Metadata is set; nil for p2p) extend the peer. A test binary sets
+// them in TestMain before calling Main; they are read-only afterwards.
 var (
 	Accessors = map[string]Accessor{}
 	Commands  = map[string]Command{}
 	Memory    func() []tmem.Kind
+	Directory core.DirectoryFactory
 )
 
 // Hello is what the peer reports once it is ready.
@@ -281,6 +284,9 @@ func runPeer(raw string, available []core.TransportSpec) int {
 	}
 	if Memory != nil {
 		opts.Memory = Memory()
+	}
+	if cfg.Metadata != "" && cfg.Metadata != p2p.Scheme {
+		opts.Directory = Directory
 	}
 	e, err := core.New(opts)
 	if err != nil {

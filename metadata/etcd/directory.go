@@ -22,8 +22,6 @@ import (
 	"github.com/tent-dev/tent/wire"
 )
 
-func init() { core.RegisterDirectory("etcd", Open) }
-
 const (
 	// opTimeout bounds each background etcd operation (publish, lease).
 	opTimeout = 5 * time.Second
@@ -103,9 +101,17 @@ type watched struct {
 	rev  int64             // etcd revision of desc
 }
 
-// Open is the core.DirectoryFactory for "etcd://" URLs.
-func Open(url string, e *core.Engine) (core.Directory, error) {
-	return open(url, e, e.InvalidatePeer)
+// Open is the core.DirectoryFactory for "etcd://" URLs: it opens the
+// directory at e's Options.Metadata, under Options.MetadataPrefix.
+func Open(e *core.Engine) (core.Directory, error) {
+	return open(e.Options().Metadata, e, e.InvalidatePeer)
+}
+
+// Scope is the etcd namespace: the cluster's endpoints and the key
+// prefix. Engines of one process in one namespace reach each other by
+// name directly; etcd grants a name in it to one engine only.
+func (d *Directory) Scope() (scope string, byAddress bool) {
+	return "etcd://" + strings.Join(d.cfg.endpoints, ",") + d.cfg.prefix + "/", false
 }
 
 // open connects to etcd and grants the engine's lease, so an unreachable
@@ -425,7 +431,7 @@ func (d *Directory) inUse(ctx context.Context, kv *mvccpb.KeyValue) error {
 
 func controlAddr(d *wire.SegmentDesc) string {
 	for _, ep := range d.Endpoints {
-		if ep.Transport == "ctl" {
+		if ep.Transport == wire.ControlEndpoint {
 			return ep.Addr
 		}
 	}

@@ -1,7 +1,9 @@
 // Package etcd is tent's cluster metadata backend: engines publish their
-// segment descriptors in etcd and find each other by name. It registers
-// the "etcd" scheme with core; an engine uses it with
+// segment descriptors in etcd and find each other by name. It is one of
+// core's Directory implementations, beside metadata/p2p; an engine uses it
+// with
 //
+//	Options.Directory      = etcd.Open
 //	Options.Metadata       = "etcd://host:port[,host:port...][?ttl=N&dial_timeout=D]"
 //	Options.MetadataPrefix = "/tent"   (the default when empty)
 //

@@ -37,6 +37,7 @@ func TestMain(m *testing.M) {
 	peertest.Commands["xfer"] = xferCmd
 	peertest.Commands["newbuf"] = newbufCmd
 	peertest.Commands["sumat"] = sumatCmd
+	peertest.Directory = Open
 	peertest.Main(available()...)
 	os.Exit(m.Run())
 }
@@ -89,7 +90,7 @@ func transfer(e *core.Engine, seg *core.Segment, op core.Op, local, remote, n ui
 	return nil
 }
 
-// spy wraps the real directory of an in-process engine ("etcdspy://")
+// spy wraps the real directory of an in-process engine (openSpy)
 // and counts the invalidations its watches deliver, per peer name.
 type spy struct {
 	d      *Directory
@@ -99,22 +100,22 @@ type spy struct {
 
 var spies sync.Map // engine name → *spy
 
-func init() {
-	core.RegisterDirectory("etcdspy", func(url string, e *core.Engine) (core.Directory, error) {
-		s := &spy{counts: map[string]int{}}
-		d, err := open(url, e, func(name string) {
-			s.mu.Lock()
-			s.counts[name]++
-			s.mu.Unlock()
-			e.InvalidatePeer(name)
-		})
-		if err != nil {
-			return nil, err
-		}
-		s.d = d
-		spies.Store(e.Name(), s)
-		return d, nil
+// openSpy is the DirectoryFactory of the tests' in-process engines: the
+// real directory, with its invalidations counted.
+func openSpy(e *core.Engine) (core.Directory, error) {
+	s := &spy{counts: map[string]int{}}
+	d, err := open(e.Options().Metadata, e, func(name string) {
+		s.mu.Lock()
+		s.counts[name]++
+		s.mu.Unlock()
+		e.InvalidatePeer(name)
 	})
+	if err != nil {
+		return nil, err
+	}
+	s.d = d
+	spies.Store(e.Name(), s)
+	return d, nil
 }
 
 func spyOf(t testing.TB, e *core.Engine) *spy {
@@ -169,8 +170,11 @@ func newEngine(t testing.TB, srv *etcdServer, name string, o core.Options) (*cor
 	o.Name = name
 	o.Available = available()
 	o.Transports = []string{"tcp"}
+	if o.Directory == nil {
+		o.Directory = openSpy
+	}
 	if o.Metadata == "" {
-		o.Metadata = "etcdspy://" + srv.clientAddr + "?ttl=2"
+		o.Metadata = "etcd://" + srv.clientAddr + "?ttl=2"
 	}
 	if o.DefaultTimeout == 0 {
 		o.DefaultTimeout = 5 * time.Second
@@ -373,7 +377,7 @@ func TestKilledEngineExpiresAndRestarts(t *testing.T) {
 	killed := time.Now()
 	require.NotNil(t, getKV(t, cli, key("worker")), "a killed engine cannot delete its entry; its lease does")
 	// The name is held until then: a new engine cannot take it.
-	_, err = core.New(core.Options{Name: "worker", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("ttl=2")})
+	_, err = core.New(core.Options{Name: "worker", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("ttl=2"), Directory: Open})
 	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
 	require.Contains(t, err.Error(), "expires in")
 
@@ -408,7 +412,7 @@ func TestNameCollision(t *testing.T) {
 	peer := startPeer(t, srv, "unique")
 	before := getKV(t, cli, key("unique"))
 
-	_, err := core.New(core.Options{Name: "unique", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("")})
+	_, err := core.New(core.Options{Name: "unique", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL(""), Directory: Open})
 	require.Error(t, err)
 	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
 	require.ErrorIs(t, err, status.ErrNameInUse)
@@ -427,7 +431,7 @@ func TestNameCollision(t *testing.T) {
 	require.NoError(t, err)
 	require.EqualValues(t, -1, lr.TTL, "the lease should be revoked")
 
-	e, err := core.New(core.Options{Name: "unique", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("")})
+	e, err := core.New(core.Options{Name: "unique", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL(""), Directory: Open})
 	require.NoError(t, err)
 	require.NotNil(t, getKV(t, cli, key("unique")))
 	require.NoError(t, e.Close())
@@ -479,7 +483,7 @@ func TestEtcdOutage(t *testing.T) {
 	t.Logf("lookup without etcd: %v after %v", err, took.Round(time.Millisecond))
 
 	start = time.Now()
-	_, err = core.New(core.Options{Name: "svc-new", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("dial_timeout=1")})
+	_, err = core.New(core.Options{Name: "svc-new", Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("dial_timeout=1"), Directory: Open})
 	took = time.Since(start)
 	require.Contains(t, []status.Code{status.Timeout, status.TransportError}, status.CodeOf(err), "%v", err)
 	require.Less(t, took, 3*time.Second)
@@ -684,7 +688,7 @@ func TestPrefix(t *testing.T) {
 	require.Contains(t, err.Error(), "/cluster-1/segments/outsider")
 	// A dead endpoint listed first: the client uses the live one.
 	e3, _ := newEngine(t, srv, "insider", core.Options{
-		Metadata: "etcdspy://" + freePort(t) + "," + srv.clientAddr + "?ttl=2"})
+		Metadata: "etcd://" + freePort(t) + "," + srv.clientAddr + "?ttl=2"})
 	s, err := e3.OpenSegment("outsider")
 	require.NoError(t, err)
 	require.EqualValues(t, peer.PID, s.Peer().Desc().PID)
@@ -709,7 +713,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 	}
 	base := settle()
 	for i := 0; i < 3; i++ {
-		e, err := core.New(core.Options{Name: fmt.Sprintf("tmp-%d", i), Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("ttl=2")})
+		e, err := core.New(core.Options{Name: fmt.Sprintf("tmp-%d", i), Available: available(), Transports: []string{"tcp"}, Metadata: srv.URL("ttl=2"), Directory: Open})
 		require.NoError(t, err)
 		_, err = e.OpenSegment("stayer")
 		require.NoError(t, err)
@@ -742,7 +746,7 @@ func TestUnreachableEtcd(t *testing.T) {
 			url += "?" + c.query
 		}
 		start := time.Now()
-		_, err := core.New(core.Options{Name: "lonely", Available: available(), Transports: []string{"tcp"}, Metadata: url, DefaultTimeout: c.timeout})
+		_, err := core.New(core.Options{Name: "lonely", Available: available(), Transports: []string{"tcp"}, Metadata: url, Directory: Open, DefaultTimeout: c.timeout})
 		took := time.Since(start)
 		require.Error(t, err, url)
 		require.Equal(t, status.Timeout, status.CodeOf(err), "%s: %v", url, err)

@@ -68,7 +68,7 @@ func TestRegistrationIsInEtcdOnReturn(t *testing.T) {
 	cli := srv.client()
 	defer cli.Close()
 	// No transport at first, to install one below.
-	e, err := core.New(core.Options{Name: "pub", Available: available(), Transports: []string{}, Metadata: "etcdspy://" + srv.clientAddr + "?ttl=2"})
+	e, err := core.New(core.Options{Name: "pub", Available: available(), Transports: []string{}, Metadata: "etcd://" + srv.clientAddr + "?ttl=2", Directory: openSpy})
 	require.NoError(t, err)
 	defer e.Close()
 	sp := spyOf(t, e)
@@ -154,7 +154,7 @@ func TestConcurrentRegistrationsShareWrites(t *testing.T) {
 	// A long TTL and timeout: etcd is frozen for a while, and neither the
 	// lease nor the waiters may give up meanwhile.
 	e, _ := newEngine(t, srv, "burst", core.Options{
-		Metadata: "etcdspy://" + srv.clientAddr + "?ttl=30&dial_timeout=30", DefaultTimeout: 30 * time.Second})
+		Metadata: "etcd://" + srv.clientAddr + "?ttl=30&dial_timeout=30", DefaultTimeout: 30 * time.Second})
 	sp := spyOf(t, e)
 	const n = 10
 	bufs := make([][]byte, n)
@@ -221,7 +221,7 @@ func TestRegisterWhileEtcdIsDown(t *testing.T) {
 	defer cli.Close()
 	const wait = time.Second
 	target, _ := newEngine(t, srv, "lonely-target", core.Options{
-		Metadata: "etcdspy://" + srv.clientAddr + "?ttl=10&dial_timeout=1"})
+		Metadata: "etcd://" + srv.clientAddr + "?ttl=10&dial_timeout=1"})
 	sp := spyOf(t, target)
 	peer := startPeer(t, srv, "initiator")
 	// The peer opens the target (its descriptor comes over the control link
