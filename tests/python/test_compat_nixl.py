@@ -314,3 +314,41 @@ def test_utils_helpers(pair):
         a.deregister_memory(reg)
     finally:
         utils.free_passthru(addr)
+
+
+def test_threads_share_one_connection_per_peer(pair):
+    # vLLM prepares and polls from several threads; every thread's transfers
+    # must land, over one segment per peer however the first dials race.
+    import threading
+
+    a, b, mem_a, mem_b = pair
+    a.add_remote_agent(b.get_agent_metadata())
+    blk = 1024
+    local = a.prep_xfer_dlist("NIXL_INIT_AGENT", [(mem_a.ctypes.data + i * blk, blk, 0) for i in range(64)], "DRAM")
+    remote = a.prep_xfer_dlist("B", [(mem_b.ctypes.data + i * blk, blk, 0) for i in range(64)], "DRAM")
+    start, errors = threading.Barrier(8), []
+
+    def worker(t):
+        try:
+            start.wait()
+            for _ in range(10):
+                ids = list(range(t * 8, t * 8 + 8))
+                h = a.make_prepped_xfer("WRITE", local, ids, remote, ids)
+                a.transfer(h)
+                _wait(lambda: a.check_xfer_state(h) == "DONE")
+                a.release_xfer_handle(h)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert np.array_equal(mem_b, mem_a)
+    assert a.tent_engine.stats()["segments"] == 1
+    a.release_dlist_handle(local)
+    a.release_dlist_handle(remote)
+    a.remove_remote_agent("B")
+    assert a.tent_engine.stats()["segments"] == 0

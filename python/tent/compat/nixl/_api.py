@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import base64
 import enum
-import logging
 import os
 import socket
 import struct
@@ -644,18 +643,37 @@ class nixl_agent:  # noqa: N801
         raise nixlNotFoundError(f"{agent!r} is not a known remote agent (add_remote_agent / fetch_remote_metadata)")
 
     def _peer_segment(self, agent: str) -> tent.Segment:
+        """The open tent segment to agent. Dialing happens outside the
+        agent's lock, so a peer slow to answer delays only its own calls."""
         with self._lock:
             r = self._peer(agent)
-            if agent == self.name and agent not in self._remotes:
-                if self._self_segment is None:
-                    self._self_segment = self._engine.open_segment(self._engine.name)
-                return self._self_segment
-            if r.segment is None or r.segment.closed:
-                try:
-                    r.segment = self._engine.open_segment(r.segment_name)
-                except Exception as exc:  # noqa: BLE001
-                    raise nixl_error(exc, f"connecting to {agent!r}") from None
-            return r.segment
+            loopback = agent == self.name and agent not in self._remotes
+            seg = self._self_segment if loopback else r.segment
+            if seg is not None and not seg.closed:
+                return seg
+            address = self._engine.name if loopback else r.segment_name
+        try:
+            seg = self._engine.open_segment(address)
+        except Exception as exc:  # noqa: BLE001
+            raise nixl_error(exc, f"connecting to {agent!r}") from None
+        with self._lock:
+            if loopback:
+                current, self._self_segment = self._self_segment, seg
+            else:
+                current = r.segment
+                if self._remotes.get(agent) is not r or r.segment_name != address:
+                    current = None  # removed or re-addressed meanwhile: this one is for the caller only
+                else:
+                    r.segment = seg
+            if current is not None and not current.closed and current is not seg:
+                # another thread connected first: keep its segment
+                if loopback:
+                    self._self_segment = current
+                else:
+                    r.segment = current
+                _close_quietly(seg)
+                return current
+        return seg
 
     # -- side channel (listen thread) and etcd --
 
