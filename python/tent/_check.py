@@ -46,11 +46,20 @@ def numpy(feature: str) -> Any:
     return np
 
 
+def numpy_type(name: str) -> Any:
+    """numpy's type ``name`` if numpy is imported, else None. Another thread
+    may be inside ``import numpy``: its module is then in sys.modules but
+    half initialized, and no value of its types can exist yet, so a missing
+    attribute means None rather than an AttributeError."""
+    np = sys.modules.get("numpy")
+    return getattr(np, name, None) if np is not None else None
+
+
 def is_bool(value: Any) -> bool:
     if isinstance(value, bool):
         return True
-    np = sys.modules.get("numpy")
-    return np is not None and isinstance(value, np.bool_)
+    bool_type = numpy_type("bool_")
+    return bool_type is not None and isinstance(value, bool_type)
 
 
 def integer(value: Any, what: str) -> int:
@@ -180,8 +189,9 @@ def millis(seconds: Any, what: str, *, zero_is_default: bool, inf_ok: bool = Fal
     ``inf_ok`` (a wait that ends when the batch does: -1)."""
     if seconds is None:
         return 0 if zero_is_default else -1
-    np = sys.modules.get("numpy")
-    numeric = isinstance(seconds, (int, float)) or (np is not None and isinstance(seconds, (np.integer, np.floating)))
+    np_integer, np_floating = numpy_type("integer"), numpy_type("floating")
+    numeric = isinstance(seconds, (int, float)) or (
+        np_integer is not None and np_floating is not None and isinstance(seconds, (np_integer, np_floating)))
     if is_bool(seconds) or not numeric:
         raise TypeError(f"{what} must be a number of seconds or None, not {type(seconds).__name__}")
     try:

@@ -653,8 +653,8 @@ def _request_array(requests: Any) -> Tuple[Any, int, Any]:
         if n == 0:
             raise InvalidArgument("no requests")
         return requests, n, requests
-    np = sys.modules.get("numpy")
-    if np is not None and isinstance(requests, np.ndarray):
+    ndarray = _check.numpy_type("ndarray")
+    if ndarray is not None and isinstance(requests, ndarray):
         from ._requests import request_dtype
 
         dt = requests.dtype

@@ -108,3 +108,21 @@ def test_close_engine_while_threads_use_it():
         t.join(30)
         assert not t.is_alive()
     assert e.closed
+
+
+def test_calls_work_while_another_thread_is_importing_numpy(engine, monkeypatch):
+    # While a thread is inside `import numpy`, sys.modules holds a module
+    # without its attributes yet; tent's checks must not trip over it.
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "numpy", types.ModuleType("numpy"))
+    for timeout in (0, 0.01, 0.001):
+        try:
+            engine.recv_notification(timeout)
+        except tent.Timeout:
+            pass
+    assert tent._check.is_bool(True) and not tent._check.is_bool(1)
+    buf = bytearray(4096)
+    with engine.register(buf):
+        pass
