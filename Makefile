@@ -141,7 +141,7 @@ test-stress:
 # can report "context deadline exceeded" as a failure when the time runs
 # out under load (golang/go#75804, fixed in Go 1.27).
 FUZZTIME ?= 10000x
-FUZZ_TARGETS := slab:FuzzSlabOps wire:FuzzUnmarshalSegmentDesc wire:FuzzReadFrame wire:FuzzServerHandshake \
+FUZZ_TARGETS := memory/host/slab:FuzzSlabOps wire:FuzzUnmarshalSegmentDesc wire:FuzzReadFrame wire:FuzzServerHandshake \
                 transport/tcp:FuzzHeaders transport/tcp:FuzzServe transport/shm:FuzzDecodeLease \
                 transport/shm:FuzzDecodeGrant capi:FuzzRegister
 

@@ -5,7 +5,7 @@ import (
 	"runtime/debug"
 	"unsafe"
 
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -16,7 +16,7 @@ import (
 //     front. Go reports a fault in the first page as a nil dereference
 //     without the address, which would look like a bug of the library.
 //   - the reads and writes themselves are fault-guarded copies
-//     (internal/memory), so an unmapped, PROT_NONE or read-only page is a
+//     (memory/host), so an unmapped, PROT_NONE or read-only page is a
 //     TENT_ERR_INVALID_ARGUMENT naming the argument, never a crash.
 //   - out-parameters are probed for writability (probeWritable) before an
 //     export creates anything, and the final write is guarded too, so an
@@ -74,7 +74,7 @@ func guard(f func()) (flt *fault) {
 }
 
 // bytesAt views n bytes of caller memory at a.
-func bytesAt(a uintptr, n uint64) []byte { return memory.Bytes(uint64(a), n) }
+func bytesAt(a uintptr, n uint64) []byte { return host.Bytes(uint64(a), n) }
 
 // readInto copies len(dst) bytes at a into dst.
 func readInto(dst []byte, a uintptr, what string) error {
@@ -149,7 +149,7 @@ func probeWritable(a uintptr, n uint64, what string) error {
 	f := guard(func() {
 		end := uint64(a) + n
 		for p := uint64(a); p < end; p = (p &^ (pageSize - 1)) + pageSize {
-			b := memory.Bytes(p, 1)
+			b := host.Bytes(p, 1)
 			copy(saved, b)
 			copy(b, saved)
 		}
@@ -180,7 +180,7 @@ func readString(a uintptr, max int, what string) (s string, set bool, err error)
 		p := uint64(a)
 		for len(out) <= max && p < maxAddr {
 			chunk := min(pageSize-p%pageSize, uint64(max+1-len(out)))
-			b := memory.Bytes(p, chunk)
+			b := host.Bytes(p, chunk)
 			if i := bytes.IndexByte(b, 0); i >= 0 {
 				out = append(out, b[:i]...)
 				terminated = true

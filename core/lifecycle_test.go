@@ -10,7 +10,7 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/core/coretest"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/local"
 	"github.com/tent-dev/tent/wire"
@@ -28,7 +28,7 @@ func TestCloseWaitsForPeerCopies(t *testing.T) {
 	require.NoError(t, err)
 	src, _ := buf(t, a, n, 0)
 	dst := make([]byte, n)
-	region, err := b.Register(core.RegionDesc{Addr: memory.Addr(dst), Len: n}, core.PermRemoteWrite)
+	region, err := b.Register(core.RegionDesc{Addr: host.Addr(dst), Len: n}, core.PermRemoteWrite)
 	require.NoError(t, err)
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
@@ -41,8 +41,8 @@ func TestCloseWaitsForPeerCopies(t *testing.T) {
 	var before int64 // copies counted before the batch
 	for attempt := 1; ; attempt++ {
 		before = copies()
-		batch, err = a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
-			Remote: memory.Addr(dst), Len: n}}, core.TransferOptions{})
+		batch, err = a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
+			Remote: host.Addr(dst), Len: n}}, core.TransferOptions{})
 		require.NoError(t, err)
 		for region.Users() == 0 && !settled(batch) {
 			runtime.Gosched()
@@ -91,9 +91,9 @@ func TestCloseWaitsForAcquiredRegion(t *testing.T) {
 	e, err := core.New(core.Options{Transports: []string{}, UnregisterTimeout: 5 * time.Second})
 	require.NoError(t, err)
 	mem := make([]byte, 4096)
-	_, err = e.Register(core.RegionDesc{Addr: memory.Addr(mem), Len: 4096}, rw)
+	_, err = e.Register(core.RegionDesc{Addr: host.Addr(mem), Len: 4096}, rw)
 	require.NoError(t, err)
-	held, err := e.Acquire(memory.Addr(mem), 4096, core.AccessRemoteWrite)
+	held, err := e.Acquire(host.Addr(mem), 4096, core.AccessRemoteWrite)
 	require.NoError(t, err)
 	// The peer holds the region a while (any length does): Close must not
 	// return before it lets go.
@@ -236,8 +236,8 @@ func TestCloseCompletesOnlyWhenMoversLetGo(t *testing.T) {
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
 	m.Hold()
-	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(src), Segment: seg,
-		Remote: memory.Addr(dst), Len: 64}}, core.TransferOptions{})
+	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpRead, Local: host.Addr(src), Segment: seg,
+		Remote: host.Addr(dst), Len: 64}}, core.TransferOptions{})
 	require.NoError(t, err)
 	<-m.Entered()
 	closed := make(chan error, 1)
@@ -303,8 +303,8 @@ func TestRemoteCannotPoseAsInProcessEngine(t *testing.T) {
 	}
 	seg, err := a.OpenSegment(ln.Addr().String())
 	require.NoError(t, err)
-	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
-		Remote: memory.Addr(vbuf), Len: 64}}, core.TransferOptions{})
+	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
+		Remote: host.Addr(vbuf), Len: 64}}, core.TransferOptions{})
 	require.NoError(t, err)
 	code, st := wait(t, batch)
 	t.Logf("write to segment %s: %v via transport %d; victim's first byte now %#x", ln.Addr(), code, st[0].Transport, vbuf[0])

@@ -2,7 +2,7 @@ package core_test
 
 import (
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/transport/local"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -17,4 +17,4 @@ func localTransport() core.Transport { return local.New() }
 
 func uintptrOf(b []byte) uintptr { return uintptr(memoryAddr(b)) }
 
-func memoryAddr(b []byte) uint64 { return memory.Addr(b) }
+func memoryAddr(b []byte) uint64 { return host.Addr(b) }

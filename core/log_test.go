@@ -13,8 +13,8 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/core/coretest"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/logsink"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -77,13 +77,13 @@ func logPair(t *testing.T, log *slog.Logger, movers ...core.Transport) (*core.En
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	src, dst := make([]byte, 4096), make([]byte, 4096)
-	_, err = a.Register(core.RegionDesc{Addr: memory.Addr(src), Len: 4096}, 0)
+	_, err = a.Register(core.RegionDesc{Addr: host.Addr(src), Len: 4096}, 0)
 	require.NoError(t, err)
-	_, err = b.Register(core.RegionDesc{Addr: memory.Addr(dst), Len: 4096}, core.PermRemoteWrite)
+	_, err = b.Register(core.RegionDesc{Addr: host.Addr(dst), Len: 4096}, core.PermRemoteWrite)
 	require.NoError(t, err)
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
-	return a, seg, core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg, Remote: memory.Addr(dst), Len: 4096}
+	return a, seg, core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src), Segment: seg, Remote: host.Addr(dst), Len: 4096}
 }
 
 func TestLogsTransportChoiceOncePerEpochAndTeardown(t *testing.T) {

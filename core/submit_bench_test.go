@@ -7,8 +7,8 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/core/coretest"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/logsink"
+	"github.com/tent-dev/tent/memory/host"
 )
 
 // BenchmarkSubmit128 measures the engine's own cost per batch of 128
@@ -32,10 +32,10 @@ func benchSubmit128(b *testing.B, log *slog.Logger) {
 	defer t.Close()
 	src := make([]byte, 128*4096)
 	dst := make([]byte, 128*4096)
-	if _, err := a.Register(core.RegionDesc{Addr: memory.Addr(src), Len: uint64(len(src))}, 0); err != nil {
+	if _, err := a.Register(core.RegionDesc{Addr: host.Addr(src), Len: uint64(len(src))}, 0); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := t.Register(core.RegionDesc{Addr: memory.Addr(dst), Len: uint64(len(dst))}, core.PermRemoteWrite); err != nil {
+	if _, err := t.Register(core.RegionDesc{Addr: host.Addr(dst), Len: uint64(len(dst))}, core.PermRemoteWrite); err != nil {
 		b.Fatal(err)
 	}
 	seg, err := a.OpenSegment(t.Name())
@@ -44,8 +44,8 @@ func benchSubmit128(b *testing.B, log *slog.Logger) {
 	}
 	reqs := make([]core.TransferRequest, 128)
 	for i := range reqs {
-		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src) + uint64(i)*4096, Segment: seg,
-			Remote: memory.Addr(dst) + uint64(i)*4096, Len: 4096}
+		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src) + uint64(i)*4096, Segment: seg,
+			Remote: host.Addr(dst) + uint64(i)*4096, Len: 4096}
 	}
 	go func() {
 		for range m.Entered() {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/core/coretest"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/local"
 )
@@ -22,7 +22,7 @@ func buf(t *testing.T, e *core.Engine, n int, perm core.Perm) ([]byte, *core.Reg
 	t.Helper()
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
-	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: uint64(n)}, perm)
+	r, err := e.Register(core.RegionDesc{Addr: host.Addr(b), Len: uint64(n)}, perm)
 	require.NoError(t, err)
 	t.Cleanup(func() { runtime.KeepAlive(b) }) // the engine holds only the address
 	return b, r
@@ -58,8 +58,8 @@ func TestLocalTransfer(t *testing.T) {
 
 	// WRITE a -> b, unaligned offsets, several requests.
 	reqs := []core.TransferRequest{
-		{Op: core.OpWrite, Local: memory.Addr(src) + 1, Segment: seg, Remote: memory.Addr(dst) + 3, Len: 1000},
-		{Op: core.OpWrite, Local: memory.Addr(src) + 5000, Segment: seg, Remote: memory.Addr(dst) + 5000, Len: 1},
+		{Op: core.OpWrite, Local: host.Addr(src) + 1, Segment: seg, Remote: host.Addr(dst) + 3, Len: 1000},
+		{Op: core.OpWrite, Local: host.Addr(src) + 5000, Segment: seg, Remote: host.Addr(dst) + 5000, Len: 1},
 	}
 	batch, err := a.Submit(reqs, core.TransferOptions{})
 	require.NoError(t, err)
@@ -73,7 +73,7 @@ func TestLocalTransfer(t *testing.T) {
 
 	// READ b -> a.
 	batch, err = a.Submit([]core.TransferRequest{
-		{Op: core.OpRead, Local: memory.Addr(src), Segment: seg, Remote: memory.Addr(dst), Len: 1 << 20},
+		{Op: core.OpRead, Local: host.Addr(src), Segment: seg, Remote: host.Addr(dst), Len: 1 << 20},
 	}, core.TransferOptions{})
 	require.NoError(t, err)
 	code, _ = wait(t, batch)
@@ -96,7 +96,7 @@ func TestTransferChecks(t *testing.T) {
 	wo, _ := buf(t, b, 4096, core.PermRemoteWrite)
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
-	L := memory.Addr(src)
+	L := host.Addr(src)
 
 	t.Run("local errors fail the call", func(t *testing.T) {
 		closedSeg, err := a.OpenSegment(b.Name())
@@ -110,19 +110,19 @@ func TestTransferChecks(t *testing.T) {
 			req  core.TransferRequest
 			code status.Code
 		}{
-			{"bad op", core.TransferRequest{Op: 7, Local: L, Segment: seg, Remote: memory.Addr(wo), Len: 1}, status.InvalidArgument},
-			{"zero len", core.TransferRequest{Op: core.OpWrite, Local: L, Segment: seg, Remote: memory.Addr(wo)}, status.InvalidArgument},
-			{"null local", core.TransferRequest{Op: core.OpWrite, Segment: seg, Remote: memory.Addr(wo), Len: 1}, status.InvalidArgument},
-			{"unregistered local", core.TransferRequest{Op: core.OpWrite, Local: L + 4096, Segment: seg, Remote: memory.Addr(wo), Len: 1}, status.NotRegistered},
-			{"local overhang", core.TransferRequest{Op: core.OpWrite, Local: L + 4000, Segment: seg, Remote: memory.Addr(wo), Len: 100}, status.OutOfRange},
-			{"null segment", core.TransferRequest{Op: core.OpWrite, Local: L, Remote: memory.Addr(wo), Len: 1}, status.InvalidHandle},
-			{"closed segment", core.TransferRequest{Op: core.OpWrite, Local: L, Segment: closedSeg, Remote: memory.Addr(wo), Len: 1}, status.InvalidHandle},
-			{"foreign segment", core.TransferRequest{Op: core.OpWrite, Local: L, Segment: foreignSeg, Remote: memory.Addr(wo), Len: 1}, status.InvalidHandle},
+			{"bad op", core.TransferRequest{Op: 7, Local: L, Segment: seg, Remote: host.Addr(wo), Len: 1}, status.InvalidArgument},
+			{"zero len", core.TransferRequest{Op: core.OpWrite, Local: L, Segment: seg, Remote: host.Addr(wo)}, status.InvalidArgument},
+			{"null local", core.TransferRequest{Op: core.OpWrite, Segment: seg, Remote: host.Addr(wo), Len: 1}, status.InvalidArgument},
+			{"unregistered local", core.TransferRequest{Op: core.OpWrite, Local: L + 4096, Segment: seg, Remote: host.Addr(wo), Len: 1}, status.NotRegistered},
+			{"local overhang", core.TransferRequest{Op: core.OpWrite, Local: L + 4000, Segment: seg, Remote: host.Addr(wo), Len: 100}, status.OutOfRange},
+			{"null segment", core.TransferRequest{Op: core.OpWrite, Local: L, Remote: host.Addr(wo), Len: 1}, status.InvalidHandle},
+			{"closed segment", core.TransferRequest{Op: core.OpWrite, Local: L, Segment: closedSeg, Remote: host.Addr(wo), Len: 1}, status.InvalidHandle},
+			{"foreign segment", core.TransferRequest{Op: core.OpWrite, Local: L, Segment: foreignSeg, Remote: host.Addr(wo), Len: 1}, status.InvalidHandle},
 			{"remote overflow", core.TransferRequest{Op: core.OpWrite, Local: L, Segment: seg, Remote: ^uint64(0), Len: 2}, status.InvalidArgument},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
-				ok := core.TransferRequest{Op: core.OpWrite, Local: L, Segment: seg, Remote: memory.Addr(wo), Len: 8}
+				ok := core.TransferRequest{Op: core.OpWrite, Local: L, Segment: seg, Remote: host.Addr(wo), Len: 8}
 				_, err := a.Submit([]core.TransferRequest{ok, tc.req}, core.TransferOptions{})
 				require.Equal(t, tc.code, status.CodeOf(err), "%v", err)
 				require.Contains(t, err.Error(), "request 1")
@@ -133,7 +133,7 @@ func TestTransferChecks(t *testing.T) {
 		}
 		_, err = a.Submit(nil, core.TransferOptions{})
 		require.ErrorIs(t, err, status.ErrInvalidArgument)
-		_, err = a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: L, Segment: seg, Remote: memory.Addr(wo), Len: 1}},
+		_, err = a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: L, Segment: seg, Remote: host.Addr(wo), Len: 1}},
 			core.TransferOptions{Transport: "carrier-pigeon"})
 		require.ErrorIs(t, err, status.ErrNotFound)
 		// Nothing stays pinned: the local region unregisters at once.
@@ -149,14 +149,14 @@ func TestTransferChecks(t *testing.T) {
 			req  core.TransferRequest
 			code status.Code
 		}{
-			{"write to read-only", core.TransferRequest{Op: core.OpWrite, Local: L, Segment: seg, Remote: memory.Addr(ro), Len: 8}, status.PermissionDenied},
-			{"read from write-only", core.TransferRequest{Op: core.OpRead, Local: L, Segment: seg, Remote: memory.Addr(wo), Len: 8}, status.PermissionDenied},
-			{"past the end", core.TransferRequest{Op: core.OpRead, Local: L, Segment: seg, Remote: memory.Addr(ro) + 4090, Len: 8}, status.OutOfRange},
+			{"write to read-only", core.TransferRequest{Op: core.OpWrite, Local: L, Segment: seg, Remote: host.Addr(ro), Len: 8}, status.PermissionDenied},
+			{"read from write-only", core.TransferRequest{Op: core.OpRead, Local: L, Segment: seg, Remote: host.Addr(wo), Len: 8}, status.PermissionDenied},
+			{"past the end", core.TransferRequest{Op: core.OpRead, Local: L, Segment: seg, Remote: host.Addr(ro) + 4090, Len: 8}, status.OutOfRange},
 			{"unregistered", core.TransferRequest{Op: core.OpRead, Local: L, Segment: seg, Remote: 0x1000, Len: 8}, status.NotRegistered},
 		}
 		for _, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
-				good := core.TransferRequest{Op: core.OpRead, Local: L + 100, Segment: seg, Remote: memory.Addr(ro), Len: 8}
+				good := core.TransferRequest{Op: core.OpRead, Local: L + 100, Segment: seg, Remote: host.Addr(ro), Len: 8}
 				batch, err := a.Submit([]core.TransferRequest{good, tc.req}, core.TransferOptions{})
 				require.NoError(t, err)
 				code, st := wait(t, batch)
@@ -183,7 +183,7 @@ func TestTargetEnforcesAfterUnregister(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.Unregister(dr))
 	before := append([]byte(nil), dst...)
-	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg, Remote: memory.Addr(dst), Len: 64}}, core.TransferOptions{})
+	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg, Remote: host.Addr(dst), Len: 64}}, core.TransferOptions{})
 	require.NoError(t, err)
 	code, _ := wait(t, batch)
 	require.Equal(t, status.NotRegistered, code)
@@ -201,7 +201,7 @@ func TestNotifications(t *testing.T) {
 	_, err = b.RecvNotification(0, func(core.Notification) bool { return true })
 	require.ErrorIs(t, err, status.ErrTimeout)
 
-	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg, Remote: memory.Addr(dst), Len: 64}},
+	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg, Remote: host.Addr(dst), Len: 64}},
 		core.TransferOptions{Notify: []byte("block 7 ready")})
 	require.NoError(t, err)
 	code, _ := wait(t, batch)
@@ -244,7 +244,7 @@ func fakeSetup(t *testing.T, opts core.Options) (*core.Engine, *coretest.Mover, 
 	dst, _ := buf(t, b, 4096, core.PermRemoteWrite|core.PermRemoteRead)
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
-	return a, m, seg, memory.Addr(src), memory.Addr(dst)
+	return a, m, seg, host.Addr(src), host.Addr(dst)
 }
 
 func TestDeadline(t *testing.T) {
@@ -348,7 +348,7 @@ func TestAllocFree(t *testing.T) {
 	require.NotNil(t, r.Alloc)
 	require.GreaterOrEqual(t, r.Len, uint64(10000))
 	require.GreaterOrEqual(t, r.Alloc.FD, 0)
-	mem := memory.Bytes(r.Addr, r.Len)
+	mem := host.Bytes(r.Addr, r.Len)
 	mem[0], mem[r.Len-1] = 1, 2
 	require.Equal(t, 1, a.Stats().Allocations)
 	_, err = a.Register(core.RegionDesc{Addr: r.Addr + 16, Len: 16}, 0)
@@ -379,7 +379,7 @@ func TestUnmappedRegisteredMemory(t *testing.T) {
 	page := 4096
 	m, err := unix.Mmap(-1, 0, page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	require.NoError(t, err)
-	addr := memory.Addr(m)
+	addr := host.Addr(m)
 	_, err = b.Register(core.RegionDesc{Addr: addr, Len: uint64(page)}, core.PermRemoteWrite|core.PermRemoteRead)
 	require.NoError(t, err)
 	// PROT_NONE faults like an unmapped range, and unlike munmap it keeps
@@ -389,7 +389,7 @@ func TestUnmappedRegisteredMemory(t *testing.T) {
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
 	for _, op := range []core.Op{core.OpWrite, core.OpRead} {
-		batch, err := a.Submit([]core.TransferRequest{{Op: op, Local: memory.Addr(src), Segment: seg, Remote: addr, Len: 64}}, core.TransferOptions{})
+		batch, err := a.Submit([]core.TransferRequest{{Op: op, Local: host.Addr(src), Segment: seg, Remote: addr, Len: 64}}, core.TransferOptions{})
 		require.NoError(t, err)
 		code, _ := wait(t, batch)
 		require.Equal(t, status.InvalidArgument, code)

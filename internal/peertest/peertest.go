@@ -19,8 +19,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	tmem "github.com/tent-dev/tent/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/metadata/p2p"
 )
 
@@ -376,7 +376,7 @@ func (p *peerProc) alloc(i int) (*core.Region, error) {
 	}
 	r, err := p.e.Alloc(b.Size, loc, b.Perm)
 	if err == nil && p.kind(i) == "cpu" {
-		p.mems[i] = memory.Bytes(r.Addr, b.Size)
+		p.mems[i] = host.Bytes(r.Addr, b.Size)
 	}
 	return r, err
 }
@@ -395,7 +395,7 @@ func (p *peerProc) setUp() (Hello, error) {
 			err = fmt.Errorf("buffer %d: %s memory needs Alloc", i, b.Location)
 		default:
 			p.mems[i] = make([]byte, b.Size)
-			r, err = p.e.Register(core.RegionDesc{Addr: memory.Addr(p.mems[i]), Len: b.Size}, b.Perm)
+			r, err = p.e.Register(core.RegionDesc{Addr: host.Addr(p.mems[i]), Len: b.Size}, b.Perm)
 		}
 		if err != nil {
 			return hello, err
@@ -519,7 +519,7 @@ func (p *peerProc) register(idx int) (string, error) {
 	var addr uint64
 	switch {
 	case p.mems[idx] != nil:
-		addr = memory.Addr(p.mems[idx])
+		addr = host.Addr(p.mems[idx])
 	case p.regions[idx] != nil:
 		addr = p.regions[idx].Addr
 	default:

@@ -7,7 +7,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tent-dev/tent/internal/memory"
 	tmem "github.com/tent-dev/tent/memory"
 	"github.com/tent-dev/tent/status"
 )
@@ -85,12 +84,12 @@ func (Memory) Alloc(size uint64, _ int) (*tmem.Allocation, error) {
 // CopyOut copies the host memory at src into dst; a fault (memory the
 // owner unmapped) is an error.
 func (Memory) CopyOut(dst []byte, src uint64) error {
-	_, err := memory.Copy(dst, memory.Bytes(src, uint64(len(dst))))
+	_, err := Copy(dst, Bytes(src, uint64(len(dst))))
 	return err
 }
 
 // CopyIn copies src into the host memory at dst; a fault is an error.
 func (Memory) CopyIn(dst uint64, src []byte) error {
-	_, err := memory.Copy(memory.Bytes(dst, uint64(len(src))), src)
+	_, err := Copy(Bytes(dst, uint64(len(src))), src)
 	return err
 }

@@ -16,9 +16,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/logsink"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
@@ -184,7 +184,7 @@ func newEngine(t testing.TB, srv *etcdServer, name string, o core.Options) (*cor
 	t.Cleanup(func() { _ = e.Close() })
 	buf := make([]byte, bufSize)
 	copy(buf, peertest.Pattern(1000, bufSize))
-	_, err = e.Register(core.RegionDesc{Addr: memory.Addr(buf), Len: bufSize}, rw)
+	_, err = e.Register(core.RegionDesc{Addr: host.Addr(buf), Len: bufSize}, rw)
 	require.NoError(t, err)
 	t.Cleanup(func() { runtime.KeepAlive(buf) })
 	return e, buf
@@ -296,7 +296,7 @@ func TestThreeEnginesDiscoverEachOther(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, seg.Peer().Local())
 		require.EqualValues(t, peers[i].PID, seg.Peer().Desc().PID)
-		require.NoError(t, transfer(e, seg, core.OpWrite, memory.Addr(buf), peers[i].Buffers[0].Addr, bufSize))
+		require.NoError(t, transfer(e, seg, core.OpWrite, host.Addr(buf), peers[i].Buffers[0].Addr, bufSize))
 		require.Equal(t, peertest.Sum(buf), cmd(t, peers[i], "sum 0"))
 	}
 	_, err := e.OpenSegment("node-nobody")
@@ -315,7 +315,7 @@ func TestWatchSeesReRegisteredRegion(t *testing.T) {
 	sp := spyOf(t, e)
 	seg, err := e.OpenSegment("target")
 	require.NoError(t, err)
-	require.NoError(t, transfer(e, seg, core.OpWrite, memory.Addr(buf), peer.Buffers[1].Addr, bufSize))
+	require.NoError(t, transfer(e, seg, core.OpWrite, host.Addr(buf), peer.Buffers[1].Addr, bufSize))
 	gen0 := seg.Peer().Desc().Generation
 	seen := sp.count("target")
 
@@ -337,7 +337,7 @@ func TestWatchSeesReRegisteredRegion(t *testing.T) {
 	require.Equal(t, gen0, seg.Peer().Desc().Generation)
 
 	copy(buf, peertest.Pattern(55, bufSize))
-	require.NoError(t, transfer(e, seg, core.OpWrite, memory.Addr(buf), newAddr, bufSize))
+	require.NoError(t, transfer(e, seg, core.OpWrite, host.Addr(buf), newAddr, bufSize))
 	require.GreaterOrEqual(t, seg.Peer().Desc().Generation, gen0+2)
 	require.Equal(t, peertest.Sum(buf), cmd(t, peer, "sum 1"))
 
@@ -345,12 +345,12 @@ func TestWatchSeesReRegisteredRegion(t *testing.T) {
 	seen = sp.count("target")
 	cmd(t, peer, "unregister 0")
 	require.Eventually(t, func() bool { return sp.count("target") > seen }, 10*time.Second, 10*time.Millisecond)
-	err = transfer(e, seg, core.OpWrite, memory.Addr(buf), peer.Buffers[0].Addr, 4096)
+	err = transfer(e, seg, core.OpWrite, host.Addr(buf), peer.Buffers[0].Addr, 4096)
 	require.ErrorContains(t, err, "not registered")
 	seen = sp.count("target")
 	cmd(t, peer, "register 0")
 	require.Eventually(t, func() bool { return sp.count("target") > seen }, 10*time.Second, 10*time.Millisecond)
-	require.NoError(t, transfer(e, seg, core.OpWrite, memory.Addr(buf), peer.Buffers[0].Addr, 4096))
+	require.NoError(t, transfer(e, seg, core.OpWrite, host.Addr(buf), peer.Buffers[0].Addr, 4096))
 }
 
 // A killed engine's entry stays until its lease expires (and holds the
@@ -370,7 +370,7 @@ func TestKilledEngineExpiresAndRestarts(t *testing.T) {
 	sp := spyOf(t, e)
 	seg, err := e.OpenSegment("worker")
 	require.NoError(t, err)
-	require.NoError(t, transfer(e, seg, core.OpWrite, memory.Addr(buf), peer.Buffers[0].Addr, bufSize))
+	require.NoError(t, transfer(e, seg, core.OpWrite, host.Addr(buf), peer.Buffers[0].Addr, bufSize))
 	inc0 := seg.Peer().Desc().Incarnation
 
 	peer.Kill()
@@ -390,14 +390,14 @@ func TestKilledEngineExpiresAndRestarts(t *testing.T) {
 	require.Eventually(t, func() bool { return sp.count("worker") > seen }, 10*time.Second, 10*time.Millisecond)
 
 	start := time.Now()
-	err = transfer(e, seg, core.OpWrite, memory.Addr(buf), peer.Buffers[0].Addr, 4096)
+	err = transfer(e, seg, core.OpWrite, host.Addr(buf), peer.Buffers[0].Addr, 4096)
 	require.Equal(t, status.NotFound, status.CodeOf(err), "%v", err)
 	require.Less(t, time.Since(start), 5*time.Second, "a vanished peer must fail fast, not at the 10 s timeout")
 
 	again := startPeer(t, srv, "worker")
 	copy(buf, peertest.Pattern(9, bufSize))
 	require.Eventually(t, func() bool {
-		return transfer(e, seg, core.OpWrite, memory.Addr(buf), again.Buffers[0].Addr, bufSize) == nil
+		return transfer(e, seg, core.OpWrite, host.Addr(buf), again.Buffers[0].Addr, bufSize) == nil
 	}, 5*time.Second, 20*time.Millisecond)
 	require.NotEqual(t, inc0, seg.Peer().Desc().Incarnation)
 	require.EqualValues(t, again.PID, seg.Peer().Desc().PID)
@@ -455,7 +455,7 @@ func TestEtcdOutage(t *testing.T) {
 	require.NoError(t, err)
 	write := func(seg *core.Segment, p *peertest.Peer, seed int64) error {
 		copy(buf, peertest.Pattern(seed, bufSize))
-		if err := transfer(e, seg, core.OpWrite, memory.Addr(buf), p.Buffers[0].Addr, bufSize); err != nil {
+		if err := transfer(e, seg, core.OpWrite, host.Addr(buf), p.Buffers[0].Addr, bufSize); err != nil {
 			return err
 		}
 		if got := cmd(t, p, "sum 0"); got != peertest.Sum(buf) {

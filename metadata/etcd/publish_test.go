@@ -13,8 +13,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
 )
@@ -39,7 +39,7 @@ func newbufCmd(e *core.Engine, args []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	copy(memory.Bytes(r.Addr, size), peertest.Pattern(seed, size))
+	copy(host.Bytes(r.Addr, size), peertest.Pattern(seed, size))
 	return strconv.FormatUint(r.Addr, 10), nil
 }
 
@@ -56,7 +56,7 @@ func sumatCmd(_ *core.Engine, args []string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return peertest.Sum(memory.Bytes(addr, n)), nil
+	return peertest.Sum(host.Bytes(addr, n)), nil
 }
 
 // The publication contract: when Register, RegisterBatch, Unregister,
@@ -86,7 +86,7 @@ func TestRegistrationIsInEtcdOnReturn(t *testing.T) {
 		bufs[i] = make([]byte, 4096)
 	}
 	defer runtime.KeepAlive(bufs)
-	r0, err := e.Register(core.RegionDesc{Addr: memory.Addr(bufs[0]), Len: 4096}, rw)
+	r0, err := e.Register(core.RegionDesc{Addr: host.Addr(bufs[0]), Len: 4096}, rw)
 	require.NoError(t, err)
 	d := stored()
 	require.Equal(t, e.Generation(), d.Generation)
@@ -95,7 +95,7 @@ func TestRegistrationIsInEtcdOnReturn(t *testing.T) {
 	writes := sp.d.writes.Load()
 	descs := make([]core.RegionDesc, 0, len(bufs)-1)
 	for _, b := range bufs[1:] {
-		descs = append(descs, core.RegionDesc{Addr: memory.Addr(b), Len: 4096})
+		descs = append(descs, core.RegionDesc{Addr: host.Addr(b), Len: 4096})
 	}
 	batch, err := e.RegisterBatch(descs, rw)
 	require.NoError(t, err)
@@ -178,7 +178,7 @@ func TestConcurrentRegistrationsShareWrites(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			regs[i], errs[i] = e.Register(core.RegionDesc{Addr: memory.Addr(bufs[i]), Len: 4096}, rw)
+			regs[i], errs[i] = e.Register(core.RegionDesc{Addr: host.Addr(bufs[i]), Len: 4096}, rw)
 		}()
 	}
 	returned := make(chan struct{})
@@ -232,7 +232,7 @@ func TestRegisterWhileEtcdIsDown(t *testing.T) {
 	bufs := [][]byte{make([]byte, bufSize), make([]byte, bufSize), make([]byte, bufSize)}
 	defer runtime.KeepAlive(bufs)
 	start := time.Now()
-	r1, err := target.Register(core.RegionDesc{Addr: memory.Addr(bufs[0]), Len: bufSize}, rw)
+	r1, err := target.Register(core.RegionDesc{Addr: host.Addr(bufs[0]), Len: bufSize}, rw)
 	took := time.Since(start)
 	require.NoError(t, err, "a registration stands when etcd is away")
 	require.EqualValues(t, 1, sp.d.timeouts.Load(), "the registration waited for etcd and gave up")
@@ -242,7 +242,7 @@ func TestRegisterWhileEtcdIsDown(t *testing.T) {
 	require.EqualValues(t, 1, st["behind"])
 	require.Less(t, st["published_generation"], int64(target.Generation()))
 
-	r2, err := target.Register(core.RegionDesc{Addr: memory.Addr(bufs[1]), Len: bufSize}, rw)
+	r2, err := target.Register(core.RegionDesc{Addr: host.Addr(bufs[1]), Len: bufSize}, rw)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, sp.d.timeouts.Load(), "while behind, a registration does not wait again")
 
@@ -261,7 +261,7 @@ func TestRegisterWhileEtcdIsDown(t *testing.T) {
 	require.Eventually(t, func() bool { return target.Stats().Metadata["behind"] == 0 },
 		20*time.Second, 20*time.Millisecond)
 	// And registrations are published on return again.
-	r3, err := target.Register(core.RegionDesc{Addr: memory.Addr(bufs[2]), Len: bufSize}, rw)
+	r3, err := target.Register(core.RegionDesc{Addr: host.Addr(bufs[2]), Len: bufSize}, rw)
 	require.NoError(t, err)
 	require.True(t, hasRegion(storedDesc(t, cli, "lonely-target"), r3.Addr))
 	require.EqualValues(t, 1, sp.d.timeouts.Load())
@@ -295,7 +295,7 @@ func TestRegisterThenTell(t *testing.T) {
 				require.NoError(t, err)
 				defer initiator.Close()
 				buf = make([]byte, bufSize)
-				_, err = initiator.Register(core.RegionDesc{Addr: memory.Addr(buf), Len: bufSize}, rw)
+				_, err = initiator.Register(core.RegionDesc{Addr: host.Addr(buf), Len: bufSize}, rw)
 				require.NoError(t, err)
 				defer runtime.KeepAlive(buf)
 			}
@@ -329,10 +329,10 @@ func TestRegisterThenTell(t *testing.T) {
 					require.True(t, hasRegion(d, addr), "round %d: etcd lacks the region when Alloc returned", i)
 				}
 				// Read what the target put there, then write over it.
-				require.NoError(t, transfer(initiator, seg, core.OpRead, memory.Addr(buf), addr, size), "round %d", i)
+				require.NoError(t, transfer(initiator, seg, core.OpRead, host.Addr(buf), addr, size), "round %d", i)
 				require.Equal(t, peertest.Sum(peertest.Pattern(int64(5000+i), size)), peertest.Sum(buf[:size]), "round %d", i)
 				copy(buf[:size], peertest.Pattern(int64(9000+i), size))
-				require.NoError(t, transfer(initiator, seg, core.OpWrite, memory.Addr(buf), addr, size), "round %d", i)
+				require.NoError(t, transfer(initiator, seg, core.OpWrite, host.Addr(buf), addr, size), "round %d", i)
 				got, err := target.Cmd("sumat %d %d", addr, size)
 				require.NoError(t, err)
 				require.Equal(t, peertest.Sum(buf[:size]), got, "round %d", i)

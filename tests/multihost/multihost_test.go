@@ -16,10 +16,10 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/cuda/fakecuda"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/internal/peertest/gpuaccess"
 	"github.com/tent-dev/tent/internal/testenv"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/cuda"
 	"github.com/tent-dev/tent/transport/shm"
@@ -64,12 +64,12 @@ func xferCmd(e *core.Engine, args []string) (string, error) {
 		return "", err
 	}
 	defer e.CloseSegment(seg)
-	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(buf), Len: n}, 0)
+	r, err := e.Register(core.RegionDesc{Addr: host.Addr(buf), Len: n}, 0)
 	if err != nil {
 		return "", err
 	}
 	defer e.Unregister(r)
-	b, err := e.Submit([]core.TransferRequest{{Op: op, Local: memory.Addr(buf), Segment: seg, Remote: addr, Len: n}},
+	b, err := e.Submit([]core.TransferRequest{{Op: op, Local: host.Addr(buf), Segment: seg, Remote: addr, Len: n}},
 		core.TransferOptions{Timeout: 10 * time.Second})
 	if err != nil {
 		return "", err

@@ -16,7 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/local"
 	"github.com/tent-dev/tent/transport/tcp"
@@ -108,7 +108,7 @@ func (t *toy) move(r *core.Request) (uint64, error) {
 	}
 	defer c.Close()
 	_ = c.SetDeadline(r.Deadline)
-	local := memory.Bytes(r.Local, r.Len)
+	local := host.Bytes(r.Local, r.Len)
 	enc := wire.NewEncoder(nil)
 	enc.U64(r.Remote)
 	typ := frameWrite
@@ -173,10 +173,10 @@ func (t *toy) serve(c net.Conn, _ string) {
 	}
 	enc := wire.NewEncoder(nil)
 	if typ == frameWrite {
-		copy(memory.Bytes(addr, n), data)
+		copy(host.Bytes(addr, n), data)
 		enc.Bytes(nil)
 	} else {
-		enc.Bytes(memory.Bytes(addr, n))
+		enc.Bytes(host.Bytes(addr, n))
 	}
 	t.e.Release(region)
 	_ = wire.WriteFrame(c, frameOK, enc.Out())
@@ -186,7 +186,7 @@ func register(t *testing.T, e *core.Engine, n int, perm core.Perm) []byte {
 	t.Helper()
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
-	_, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: uint64(n)}, perm)
+	_, err := e.Register(core.RegionDesc{Addr: host.Addr(b), Len: uint64(n)}, perm)
 	require.NoError(t, err)
 	return b
 }
@@ -231,22 +231,22 @@ func TestToyTransportMovesData(t *testing.T) {
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
 
-	code, st := transfer(t, a, core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
-		Remote: memory.Addr(dst), Len: n})
+	code, st := transfer(t, a, core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
+		Remote: host.Addr(dst), Len: n})
 	require.Equal(t, status.OK, code)
 	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: toyID, Bytes: n}, st)
 	require.True(t, bytes.Equal(src, dst), "written through the toy")
 
 	back := register(t, a, n, 0)
-	code, st = transfer(t, a, core.TransferRequest{Op: core.OpRead, Local: memory.Addr(back), Segment: seg,
-		Remote: memory.Addr(readOnly), Len: n})
+	code, st = transfer(t, a, core.TransferRequest{Op: core.OpRead, Local: host.Addr(back), Segment: seg,
+		Remote: host.Addr(readOnly), Len: n})
 	require.Equal(t, status.OK, code)
 	require.EqualValues(t, toyID, st.Transport)
 	require.True(t, bytes.Equal(back, readOnly), "read through the toy")
 
 	before := bytes.Clone(readOnly)
-	code, st = transfer(t, a, core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
-		Remote: memory.Addr(readOnly), Len: n})
+	code, st = transfer(t, a, core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
+		Remote: host.Addr(readOnly), Len: n})
 	require.Equal(t, status.PermissionDenied, code, "the initiator refuses a write to read-only memory")
 	require.Equal(t, core.TransportNone, st.Transport, "before any transport sees it")
 	// Sent anyway, straight to the target's toy, the target refuses it.
@@ -254,7 +254,7 @@ func TestToyTransportMovesData(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	enc := wire.NewEncoder(nil)
-	enc.U64(memory.Addr(readOnly))
+	enc.U64(host.Addr(readOnly))
 	enc.Bytes(src)
 	require.NoError(t, wire.WriteFrame(c, frameWrite, enc.Out()))
 	typ, payload, err := wire.ReadFrame(c, 1<<10, nil)

@@ -12,8 +12,8 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/cuda/fakecuda"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -133,7 +133,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 
 	lg, err := e.Alloc(2*size, "cuda:0", rw)
 	require.NoError(t, err)
-	host, hr := hostBuf(t, e, size)
+	hbuf, hr := hostBuf(t, e, size)
 
 	fds0 := fdCount(t)
 	base := live(f)
@@ -151,11 +151,11 @@ func TestTransferAcrossProcesses(t *testing.T) {
 
 	// DtoH read at an offset: the imports are reused.
 	mustTransfer(t, e, core.TransferRequest{Op: core.OpRead, Local: hr.Addr, Segment: seg, Remote: b1.Addr + 1000, Len: size - 1000})
-	require.Equal(t, peertest.Pattern(1, size)[1000:], host[:size-1000])
+	require.Equal(t, peertest.Pattern(1, size)[1000:], hbuf[:size-1000])
 	require.Equal(t, int64(2), e.Stats().Transports[Name]["imports_total"], "cached imports are reused")
 
 	// HtoD write, then DtoD write; the peer's checksums must match.
-	copy(host, peertest.Pattern(42, size))
+	copy(hbuf, peertest.Pattern(42, size))
 	mustTransfer(t, e, core.TransferRequest{Op: core.OpWrite, Local: hr.Addr, Segment: seg, Remote: b0.Addr, Len: size})
 	require.Equal(t, peertest.Sum(peertest.Pattern(42, size)), cmd(t, peer, "sum 0"))
 	require.NoError(t, d.CopyHtoD(lg.Addr, peertest.Pattern(43, size)))
@@ -239,7 +239,7 @@ func TestStagedOverTCP(t *testing.T) {
 	lr, err := e.Register(core.RegionDesc{Addr: p, Len: 2 * size}, rw)
 	require.NoError(t, err)
 	require.True(t, lr.Loc.IsCUDA())
-	host, _ := hostBuf(t, e, size)
+	hbuf, _ := hostBuf(t, e, size)
 	remote, err := strconv.ParseUint(cmd(t, peer, "memalloc %d 9", size), 10, 64)
 	require.NoError(t, err)
 
@@ -259,10 +259,10 @@ func TestStagedOverTCP(t *testing.T) {
 	require.Equal(t, peertest.Sum(peertest.Pattern(3, size)), cmd(t, peer, "sum 0"))
 
 	// Local host <-> the peer's cuMemAlloc memory (the target stages).
-	one(core.OpRead, memory.Addr(host), remote)
-	require.Equal(t, peertest.Pattern(9, size), host)
-	copy(host, peertest.Pattern(4, size))
-	one(core.OpWrite, memory.Addr(host), remote)
+	one(core.OpRead, host.Addr(hbuf), remote)
+	require.Equal(t, peertest.Pattern(9, size), hbuf)
+	copy(hbuf, peertest.Pattern(4, size))
+	one(core.OpWrite, host.Addr(hbuf), remote)
 
 	// GPU to GPU, both staged: what was just written comes back.
 	one(core.OpRead, p+size, remote)
@@ -284,10 +284,10 @@ func TestStagedOverTCP(t *testing.T) {
 	one(core.OpWrite, p, peer.Buffers[0].Addr)
 	// The same at the target: its copy to its GPU fails, the reply says why.
 	require.Equal(t, "ok", cmd(t, peer, "fail cuMemcpyHtoD_v2 1 700"))
-	code, err, _ = transfer(t, e, core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(host), Segment: seg, Remote: remote, Len: size})
+	code, err, _ = transfer(t, e, core.TransferRequest{Op: core.OpWrite, Local: host.Addr(hbuf), Segment: seg, Remote: remote, Len: size})
 	require.NotEqual(t, status.OK, code)
 	requireMsg(t, err, "refused", "cuMemcpyHtoD")
-	one(core.OpRead, memory.Addr(host), remote) // the connection is still usable
+	one(core.OpRead, host.Addr(hbuf), remote) // the connection is still usable
 
 	require.Zero(t, tcpStats()["staging_buffers"], "the initiator's staging buffers are unmapped")
 	require.GreaterOrEqual(t, tcpStats()["bytes_staged"], int64(4*size))
@@ -310,14 +310,14 @@ func TestSameProcessPeers(t *testing.T) {
 	require.NoError(t, d.CopyHtoD(rr.Addr, peertest.Pattern(5, size)))
 	lr, err := e1.Alloc(size, "cuda:0", rw)
 	require.NoError(t, err)
-	host, hr := hostBuf(t, e1, size)
+	hbuf, hr := hostBuf(t, e1, size)
 	seg := open(t, e1, e2.Name())
 
 	mustTransfer(t, e1, core.TransferRequest{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: rr.Addr, Len: size})
 	require.Equal(t, peertest.Pattern(5, size), readDev(t, d, lr.Addr, size))
 	mustTransfer(t, e1, core.TransferRequest{Op: core.OpRead, Local: hr.Addr, Segment: seg, Remote: rr.Addr, Len: size})
-	require.Equal(t, peertest.Pattern(5, size), host)
-	copy(host, peertest.Pattern(6, size))
+	require.Equal(t, peertest.Pattern(5, size), hbuf)
+	copy(hbuf, peertest.Pattern(6, size))
 	mustTransfer(t, e1, core.TransferRequest{Op: core.OpWrite, Local: hr.Addr, Segment: seg, Remote: rr.Addr, Len: size})
 	require.Equal(t, peertest.Pattern(6, size), readDev(t, d, rr.Addr, size))
 	require.Zero(t, e1.Stats().Transports[Name]["imports_total"])

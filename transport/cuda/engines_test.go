@@ -7,8 +7,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -33,10 +33,10 @@ func TestEnginesDoNotShareMemory(t *testing.T) {
 	t.Cleanup(func() { _ = d.MemFree(gpu) })
 	// Host memory outside the Go heap: the target's tcp server writes it
 	// on its own goroutine, ordered with this test only by the socket.
-	host, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	hbuf, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = unix.Munmap(host) })
-	_, err = tcpHost.Register(core.RegionDesc{Addr: memory.Addr(host), Len: n}, rw)
+	t.Cleanup(func() { _ = unix.Munmap(hbuf) })
+	_, err = tcpHost.Register(core.RegionDesc{Addr: host.Addr(hbuf), Len: n}, rw)
 	require.NoError(t, err)
 	seg := open(t, tcpGPU, tcpHost.Name())
 
@@ -67,13 +67,13 @@ func TestEnginesDoNotShareMemory(t *testing.T) {
 		seed++
 		want := peertest.Pattern(seed, n)
 		require.NoError(t, d.CopyHtoD(gpu, want))
-		clear(host)
-		code, err, st := transfer(t, tcpGPU, core.TransferRequest{Op: core.OpWrite, Local: gpu, Segment: seg, Remote: memory.Addr(host), Len: n})
+		clear(hbuf)
+		code, err, st := transfer(t, tcpGPU, core.TransferRequest{Op: core.OpWrite, Local: gpu, Segment: seg, Remote: host.Addr(hbuf), Len: n})
 		require.Equal(t, status.OK, code, "%v", err)
 		require.Equal(t, core.FlagStaged, st[0].Flags)
-		require.Equal(t, want, host)
+		require.Equal(t, want, hbuf)
 		require.NoError(t, d.CopyHtoD(gpu, make([]byte, n)))
-		code, err, st = transfer(t, tcpGPU, core.TransferRequest{Op: core.OpRead, Local: gpu, Segment: seg, Remote: memory.Addr(host), Len: n})
+		code, err, st = transfer(t, tcpGPU, core.TransferRequest{Op: core.OpRead, Local: gpu, Segment: seg, Remote: host.Addr(hbuf), Len: n})
 		require.Equal(t, status.OK, code, "%v", err)
 		require.Equal(t, core.FlagStaged, st[0].Flags)
 		got := make([]byte, n)

@@ -13,10 +13,10 @@ import (
 	"github.com/tent-dev/tent/core"
 	cu "github.com/tent-dev/tent/cuda"
 	"github.com/tent-dev/tent/cuda/fakecuda"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	tmem "github.com/tent-dev/tent/memory"
 	cumem "github.com/tent-dev/tent/memory/cuda"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -191,7 +191,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 func hostBuf(t *testing.T, e *core.Engine, n uint64) ([]byte, *core.Region) {
 	t.Helper()
 	b := make([]byte, n)
-	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: n}, rw)
+	r, err := e.Register(core.RegionDesc{Addr: host.Addr(b), Len: n}, rw)
 	require.NoError(t, err)
 	require.Equal(t, "cpu", r.Loc.Kind)
 	t.Cleanup(func() { runtime.KeepAlive(b) }) // the engine holds only the address

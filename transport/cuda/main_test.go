@@ -15,11 +15,11 @@ import (
 	"github.com/tent-dev/tent/core"
 	cu "github.com/tent-dev/tent/cuda"
 	"github.com/tent-dev/tent/cuda/fakecuda"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/internal/peertest/gpuaccess"
 	tmem "github.com/tent-dev/tent/memory"
 	cumem "github.com/tent-dev/tent/memory/cuda"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/local"
 	"github.com/tent-dev/tent/transport/tcp"
@@ -171,7 +171,7 @@ func childNoDriver() error {
 		return fmt.Errorf("gpus = %d", g)
 	}
 	buf := make([]byte, 4096)
-	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(buf), Len: 4096}, core.PermRemoteRead)
+	r, err := e.Register(core.RegionDesc{Addr: host.Addr(buf), Len: 4096}, core.PermRemoteRead)
 	if err != nil {
 		return fmt.Errorf("register host memory: %w", err)
 	}

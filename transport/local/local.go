@@ -6,7 +6,7 @@ import (
 	"sync/atomic"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -90,15 +90,15 @@ func (t *Transport) copy(r *core.Request) (uint64, error) {
 		return 0, err
 	}
 	defer target.Release(region)
-	local := memory.Bytes(r.Local, r.Len)
-	remote := memory.Bytes(r.Remote, r.Len)
+	local := host.Bytes(r.Local, r.Len)
+	remote := host.Bytes(r.Remote, r.Len)
 	dst, src := remote, local
 	if r.Op == core.OpRead {
 		dst, src = local, remote
 	}
 	// Registered memory that its owner unmapped fails the request; it must
 	// not take the process down.
-	if _, err := memory.Copy(dst, src); err != nil {
+	if _, err := host.Copy(dst, src); err != nil {
 		return 0, err
 	}
 	t.copies.Add(1)

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -54,7 +54,7 @@ func BenchmarkShm(b *testing.B) {
 					reqs := make([]core.TransferRequest, batch)
 					for i := range reqs {
 						o := off(i)
-						reqs[i] = core.TransferRequest{Op: op, Local: memory.Addr(local) + o, Segment: seg,
+						reqs[i] = core.TransferRequest{Op: op, Local: host.Addr(local) + o, Segment: seg,
 							Remote: peer.Buffers[buf].Addr + o, Len: size}
 					}
 					once := func() { runBatch(b, e, reqs) }
@@ -104,7 +104,7 @@ func BenchmarkShmRoundTrip(b *testing.B) {
 	e, _ := newEngine(b, core.Options{DefaultTimeout: time.Minute})
 	seg := openSeg(b, e, peer.Name)
 	local := localBuf(b, e, 1<<20)
-	reqs := []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg,
+	reqs := []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg,
 		Remote: peer.Buffers[0].Addr, Len: 8}}
 	b.ReportAllocs()
 	b.ResetTimer()

@@ -14,7 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -403,7 +403,7 @@ func (j *job) copyMapped(i int, m *mapping) bool {
 		return false
 	}
 	remote := m.mem[off : off+r.Len]
-	local := memory.Bytes(r.Local, r.Len)
+	local := host.Bytes(r.Local, r.Len)
 	for done := uint64(0); done < r.Len; {
 		n := min(chunk, r.Len-done)
 		if done > 0 {
@@ -432,7 +432,7 @@ func (j *job) addPVM(i int) {
 	for off := uint64(0); off < r.Len; {
 		n := min(chunk, r.Len-off)
 		var lv unix.Iovec
-		lv.Base = &memory.Bytes(r.Local+off, n)[0]
+		lv.Base = &host.Bytes(r.Local+off, n)[0]
 		lv.SetLen(int(n))
 		b.local = append(b.local, lv)
 		b.remote = append(b.remote, unix.RemoteIovec{Base: uintptr(r.Remote + off), Len: int(n)})

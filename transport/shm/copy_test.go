@@ -12,8 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -87,7 +87,7 @@ func TestSplitHalfFails(t *testing.T) {
 	local := localBuf(t, e, size)
 	reqs := make([]core.TransferRequest, n)
 	for i := range reqs {
-		reqs[i] = core.TransferRequest{Op: core.OpRead, Local: memory.Addr(local) + uint64(i*blk), Segment: seg,
+		reqs[i] = core.TransferRequest{Op: core.OpRead, Local: host.Addr(local) + uint64(i*blk), Segment: seg,
 			Remote: peer.Buffers[0].Addr + uint64(i*blk), Len: blk}
 	}
 	code, _, err := run(t, e, reqs, core.TransferOptions{})

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -39,7 +39,7 @@ func TestMappingCacheInvalidation(t *testing.T) {
 			local := localBuf(t, e, size)
 			read := func(addr uint64) {
 				t.Helper()
-				code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local),
+				code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(local),
 					Segment: seg, Remote: addr, Len: size}}, core.TransferOptions{})
 				require.Equal(t, status.OK, code, "%v", err)
 				require.Equal(t, ID, st[0].Transport)
@@ -79,7 +79,7 @@ func TestMappingCacheInvalidation(t *testing.T) {
 
 			// Writes land in the new allocation too.
 			copy(local, peertest.Pattern(5, size))
-			code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local),
+			code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local),
 				Segment: seg, Remote: addr, Len: size}}, core.TransferOptions{})
 			require.Equal(t, status.OK, code, "%v", err)
 			require.Equal(t, peertest.Sum(local), sum(t, peer, 0))
@@ -101,8 +101,8 @@ func TestFallbackWhenProcessVMRefused(t *testing.T) {
 	seg := openSeg(t, e, peer.Name)
 	local := localBuf(t, e, 2*size)
 	code, st, err := run(t, e, []core.TransferRequest{
-		{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[0].Addr, Len: size},
-		{Op: core.OpWrite, Local: memory.Addr(local) + size, Segment: seg, Remote: peer.Buffers[1].Addr, Len: size},
+		{Op: core.OpWrite, Local: host.Addr(local), Segment: seg, Remote: peer.Buffers[0].Addr, Len: size},
+		{Op: core.OpWrite, Local: host.Addr(local) + size, Segment: seg, Remote: peer.Buffers[1].Addr, Len: size},
 	}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: tcp.ID, Bytes: size, Flags: core.FlagRetried}, st[0])
@@ -114,7 +114,7 @@ func TestFallbackWhenProcessVMRefused(t *testing.T) {
 	// The refusal is remembered: tcp directly, no retry.
 	clear(local)
 	code, st, err = run(t, e, []core.TransferRequest{
-		{Op: core.OpRead, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[0].Addr, Len: size},
+		{Op: core.OpRead, Local: host.Addr(local), Segment: seg, Remote: peer.Buffers[0].Addr, Len: size},
 	}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: tcp.ID, Bytes: size}, st[0])
@@ -124,7 +124,7 @@ func TestFallbackWhenProcessVMRefused(t *testing.T) {
 	// So does a read-only allocation: it never gets a memfd, so it is
 	// process_vm memory too.
 	code, st, err = run(t, e, []core.TransferRequest{
-		{Op: core.OpRead, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[2].Addr, Len: size},
+		{Op: core.OpRead, Local: host.Addr(local), Segment: seg, Remote: peer.Buffers[2].Addr, Len: size},
 	}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, core.RequestStatus{Code: status.OK, Transport: tcp.ID, Bytes: size}, st[0])
@@ -156,7 +156,7 @@ func TestPeerKilledMidBatch(t *testing.T) {
 	batch := func(w uint64) []core.TransferRequest {
 		var reqs []core.TransferRequest
 		for i := uint64(0); i < 64; i++ {
-			reqs = append(reqs, core.TransferRequest{Op: core.Op(i % 2), Local: memory.Addr(local) + w*size + i*(size/64),
+			reqs = append(reqs, core.TransferRequest{Op: core.Op(i % 2), Local: host.Addr(local) + w*size + i*(size/64),
 				Segment: seg, Remote: peer.Buffers[(i/2)%2].Addr + i*(size/64), Len: size / 64})
 		}
 		return reqs
@@ -249,7 +249,7 @@ func peertestSum(t *testing.T, p *peertest.Peer, i int, lo, hi uint64) string {
 	e, _ := newEngine(t, core.Options{})
 	seg := openSeg(t, e, p.Name)
 	buf := localBuf(t, e, int(hi-lo))
-	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(buf), Segment: seg,
+	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(buf), Segment: seg,
 		Remote: p.Buffers[i].Addr + lo, Len: hi - lo}}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
 	return peertest.Sum(buf)
@@ -289,7 +289,7 @@ func TestCancel(t *testing.T) {
 		t.Cleanup(func() { testHookBeforeCopy.Store(nil) })
 		var reqs []core.TransferRequest
 		for i := uint64(0); i < 32; i++ {
-			reqs = append(reqs, core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(local) + i*(size/16),
+			reqs = append(reqs, core.TransferRequest{Op: core.OpWrite, Local: host.Addr(local) + i*(size/16),
 				Segment: seg, Remote: peer.Buffers[i%2].Addr + (i/2)*(size/16), Len: size / 16})
 		}
 		b, err := e.Submit(reqs, core.TransferOptions{})
@@ -321,7 +321,7 @@ func TestCancel(t *testing.T) {
 	t.Run("waiting for the grant", func(t *testing.T) {
 		target, ttr := newEngine(t, core.Options{})
 		remote := make([]byte, 4096)
-		_, err := target.Register(core.RegionDesc{Addr: memory.Addr(remote), Len: 4096}, rw)
+		_, err := target.Register(core.RegionDesc{Addr: host.Addr(remote), Len: 4096}, rw)
 		require.NoError(t, err)
 		e, tr := newEngine(t, core.Options{})
 		seg := openSeg(t, e, target.Name())
@@ -333,8 +333,8 @@ func TestCancel(t *testing.T) {
 		}
 		testHookGrant.Store(&hook)
 		t.Cleanup(func() { testHookGrant.Store(nil) })
-		b, err := e.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg,
-			Remote: memory.Addr(remote), Len: 4096}}, core.TransferOptions{})
+		b, err := e.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg,
+			Remote: host.Addr(remote), Len: 4096}}, core.TransferOptions{})
 		require.NoError(t, err)
 		<-entered
 		testHookGrant.Store(nil)
@@ -361,7 +361,7 @@ func TestTeardownWhileTransfersRun(t *testing.T) {
 		batch := func(w uint64) []core.TransferRequest {
 			var reqs []core.TransferRequest
 			for i := uint64(0); i < 16; i++ {
-				reqs = append(reqs, core.TransferRequest{Op: core.Op(i % 2), Local: memory.Addr(local) + w*size + i*(size/16),
+				reqs = append(reqs, core.TransferRequest{Op: core.Op(i % 2), Local: host.Addr(local) + w*size + i*(size/16),
 					Segment: seg, Remote: peer.Buffers[(i/2)%2].Addr + (i/4)*(size/16), Len: size / 16})
 			}
 			return reqs
@@ -418,7 +418,7 @@ func TestTeardownWhileTransfersRun(t *testing.T) {
 		base0 := counts(t)
 		e, err := core.New(core.Options{Available: available(), Transports: []string{}})
 		require.NoError(t, err)
-		_, err = e.Register(core.RegionDesc{Addr: memory.Addr(local), Len: uint64(len(local))}, rw)
+		_, err = e.Register(core.RegionDesc{Addr: host.Addr(local), Len: uint64(len(local))}, rw)
 		require.NoError(t, err)
 		seg := openSeg(t, e, peer.Name)
 		base1 := counts(t)
@@ -451,7 +451,7 @@ func TestTeardownWhileTransfersRun(t *testing.T) {
 	e, _ := newEngine(t, core.Options{})
 	seg := openSeg(t, e, peer.Name)
 	buf := localBuf(t, e, size)
-	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(buf), Segment: seg,
+	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(buf), Segment: seg,
 		Remote: peer.Buffers[1].Addr, Len: size}}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
 	require.True(t, bytes.Equal(buf, buf)) // content is whatever the hammer left; the read itself is the check
@@ -468,8 +468,8 @@ func TestWriteAfterPeerUnregistered(t *testing.T) {
 	seg := openSeg(t, e, peer.Name)
 	local := localBuf(t, e, size)
 	reqs := []core.TransferRequest{
-		{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[0].Addr + 1, Len: size - 1},
-		{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: peer.Buffers[1].Addr + 1, Len: size - 1},
+		{Op: core.OpWrite, Local: host.Addr(local), Segment: seg, Remote: peer.Buffers[0].Addr + 1, Len: size - 1},
+		{Op: core.OpWrite, Local: host.Addr(local), Segment: seg, Remote: peer.Buffers[1].Addr + 1, Len: size - 1},
 	}
 	code, _, err := run(t, e, []core.TransferRequest{reqs[0], reqs[1]}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)

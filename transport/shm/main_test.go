@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/transport/tcp"
@@ -68,7 +68,7 @@ func localBuf(t testing.TB, e *core.Engine, n int) []byte {
 	t.Helper()
 	b := make([]byte, n)
 	_, _ = rand.Read(b)
-	_, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: uint64(n)}, rw)
+	_, err := e.Register(core.RegionDesc{Addr: host.Addr(b), Len: uint64(n)}, rw)
 	require.NoError(t, err)
 	t.Cleanup(func() { runtime.KeepAlive(b) }) // the engine holds only the address
 	return b

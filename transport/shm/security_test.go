@@ -17,9 +17,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/internal/testenv"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/wire"
@@ -108,7 +108,7 @@ func TestReadOnlyGrantHandsNoWritableDescriptor(t *testing.T) {
 	alloc := func(perm core.Perm) (*core.Region, []byte) {
 		r, err := target.Alloc(8192, "cpu", perm)
 		require.NoError(t, err)
-		mem := memory.Bytes(r.Addr, r.Len)
+		mem := host.Bytes(r.Addr, r.Len)
 		copy(mem, bytes.Repeat([]byte{0x5A}, len(mem)))
 		return r, append([]byte(nil), mem...)
 	}
@@ -117,14 +117,14 @@ func TestReadOnlyGrantHandsNoWritableDescriptor(t *testing.T) {
 	ans, err := attacker.Cmd("attack %s %d %d", tr.addr, ro.Addr, ro.Len)
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("fds=0 wrote=0 granted=%d", status.OK), ans, "the read is granted, with no descriptor")
-	require.Equal(t, before, memory.Bytes(ro.Addr, ro.Len), "read-only memory unchanged")
+	require.Equal(t, before, host.Bytes(ro.Addr, ro.Len), "read-only memory unchanged")
 	require.Zero(t, tr.Stats()["fds_sent"])
 
 	rw, _ := alloc(rw)
 	ans, err = attacker.Cmd("attack %s %d %d", tr.addr, rw.Addr, rw.Len)
 	require.NoError(t, err)
 	require.Equal(t, fmt.Sprintf("fds=1 wrote=1 granted=%d", status.OK), ans)
-	require.Equal(t, bytes.Repeat([]byte{0xEE}, int(rw.Len)), memory.Bytes(rw.Addr, rw.Len),
+	require.Equal(t, bytes.Repeat([]byte{0xEE}, int(rw.Len)), host.Bytes(rw.Addr, rw.Len),
 		"a read-write allocation's descriptor writes it: that is what its permission grants")
 	require.EqualValues(t, 1, tr.Stats()["fds_sent"])
 }
@@ -140,7 +140,7 @@ func TestReadOnlyAllocationOverShm(t *testing.T) {
 	remote := peer.Buffers[0].Addr
 	before := sum(t, peer, 0)
 
-	code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
+	code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(local), Segment: seg,
 		Remote: remote, Len: 1 << 20}}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, ID, st[0].Transport)
@@ -149,7 +149,7 @@ func TestReadOnlyAllocationOverShm(t *testing.T) {
 	require.Zero(t, tr.Stats()["fds_received"])
 	require.Zero(t, tr.Stats()["mappings"])
 
-	code, st, _ = run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg,
+	code, st, _ = run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg,
 		Remote: remote, Len: 4096}}, core.TransferOptions{})
 	require.Equal(t, status.PermissionDenied, code)
 	require.Equal(t, status.PermissionDenied, st[0].Code)
@@ -171,7 +171,7 @@ func TestOtherUserRefused(t *testing.T) {
 		Exec: []string{setpriv, "--reuid=65534", "--regid=65534", "--clear-groups"}})
 	r, err := target.Alloc(8192, "cpu", rw)
 	require.NoError(t, err)
-	mem := memory.Bytes(r.Addr, r.Len)
+	mem := host.Bytes(r.Addr, r.Len)
 	copy(mem, bytes.Repeat([]byte{0x5A}, len(mem)))
 	before := append([]byte(nil), mem...)
 

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -33,7 +33,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 
 	// Three adjacent regions of one buffer: read-write, read-write, read-only.
 	heap := make([]byte, 3*4096+64)
-	base := (memory.Addr(heap) + 63) &^ 63
+	base := (host.Addr(heap) + 63) &^ 63
 	reg := func(addr, n uint64, perm core.Perm) *core.Region {
 		r, err := target.Register(core.RegionDesc{Addr: addr, Len: n}, perm)
 		require.NoError(t, err)
@@ -45,14 +45,14 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	alloc := func(n uint64, perm core.Perm) *core.Region {
 		r, err := target.Alloc(n, "cpu", perm)
 		require.NoError(t, err)
-		copy(memory.Bytes(r.Addr, r.Len), bytes.Repeat([]byte{byte(r.Alloc.ID)}, int(r.Len)))
+		copy(host.Bytes(r.Addr, r.Len), bytes.Repeat([]byte{byte(r.Alloc.ID)}, int(r.Len)))
 		return r
 	}
 	a0 := alloc(8192, rw)
 	aro := alloc(4096, core.PermRemoteRead)
 	awo := alloc(4096, core.PermRemoteWrite)
 	staleBuf := make([]byte, 4096)
-	stale := reg(memory.Addr(staleBuf), 4096, rw)
+	stale := reg(host.Addr(staleBuf), 4096, rw)
 	require.NoError(t, target.Unregister(stale))
 	before := append([]byte(nil), heap...)
 
@@ -62,14 +62,14 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	t.Run("refusals", func(t *testing.T) {
 		other := make([]byte, 64)
 		h, g, fds := rc.lease(t, 1, time.Second,
-			leaseEntry{Op: core.OpRead, Addr: stale.Addr, Len: 8},          // unregistered since the cache was filled
-			leaseEntry{Op: core.OpWrite, Addr: memory.Addr(other), Len: 8}, // never registered
-			leaseEntry{Op: core.OpWrite, Addr: r0.Addr + 4090, Len: 16},    // spans r0 and r1
-			leaseEntry{Op: core.OpRead, Addr: rro.Addr + 4000, Len: 200},   // runs past the last region
-			leaseEntry{Op: core.OpWrite, Addr: rro.Addr, Len: 8},           // read-only region
-			leaseEntry{Op: core.OpRead, Addr: awo.Addr, Len: 8},            // write-only allocation
-			leaseEntry{Op: core.OpWrite, Addr: aro.Addr, Len: 8},           // read-only allocation
-			leaseEntry{Op: core.OpRead, Addr: r0.Addr, Len: 0},             // empty
+			leaseEntry{Op: core.OpRead, Addr: stale.Addr, Len: 8},        // unregistered since the cache was filled
+			leaseEntry{Op: core.OpWrite, Addr: host.Addr(other), Len: 8}, // never registered
+			leaseEntry{Op: core.OpWrite, Addr: r0.Addr + 4090, Len: 16},  // spans r0 and r1
+			leaseEntry{Op: core.OpRead, Addr: rro.Addr + 4000, Len: 200}, // runs past the last region
+			leaseEntry{Op: core.OpWrite, Addr: rro.Addr, Len: 8},         // read-only region
+			leaseEntry{Op: core.OpRead, Addr: awo.Addr, Len: 8},          // write-only allocation
+			leaseEntry{Op: core.OpWrite, Addr: aro.Addr, Len: 8},         // read-only allocation
+			leaseEntry{Op: core.OpRead, Addr: r0.Addr, Len: 0},           // empty
 		)
 		want := []status.Code{status.NotRegistered, status.NotRegistered, status.OutOfRange, status.OutOfRange,
 			status.PermissionDenied, status.PermissionDenied, status.PermissionDenied, status.InvalidArgument}
@@ -118,7 +118,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 		m, err := unix.Mmap(fds[0], 0, 8192, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 		require.NoError(t, err)
 		m[100] = 0xAB
-		require.Equal(t, byte(0xAB), memory.Bytes(a0.Addr, 8192)[100])
+		require.Equal(t, byte(0xAB), host.Bytes(a0.Addr, 8192)[100])
 		require.NoError(t, unix.Munmap(m))
 
 		// The lease pins a0: freeing it waits, then fails Busy.
@@ -199,11 +199,11 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	// release however slow the machine).
 	patient, ptr := newEngine(t, core.Options{UnregisterTimeout: time.Hour})
 	ro := make([]byte, 64)
-	_, err = patient.Register(core.RegionDesc{Addr: memory.Addr(ro), Len: 64}, core.PermRemoteRead)
+	_, err = patient.Register(core.RegionDesc{Addr: host.Addr(ro), Len: 64}, core.PermRemoteRead)
 	require.NoError(t, err)
 	prc, err := dialRaw(t, ptr.addr, nil)
 	require.NoError(t, err)
-	_, g, _ := prc.lease(t, 6, time.Minute, leaseEntry{Op: core.OpRead, Addr: memory.Addr(ro), Len: 8})
+	_, g, _ := prc.lease(t, 6, time.Minute, leaseEntry{Op: core.OpRead, Addr: host.Addr(ro), Len: 8})
 	require.Equal(t, status.OK, g[0].code)
 	done := make(chan time.Time, 1)
 	go func() {
@@ -211,7 +211,7 @@ func TestTargetEnforcesLeases(t *testing.T) {
 		done <- time.Now()
 	}()
 	require.Eventually(t, func() bool { return ptr.closing.Load() }, 10*time.Second, time.Millisecond)
-	_, g, _ = prc.lease(t, 7, time.Minute, leaseEntry{Op: core.OpRead, Addr: memory.Addr(ro), Len: 8})
+	_, g, _ = prc.lease(t, 7, time.Minute, leaseEntry{Op: core.OpRead, Addr: host.Addr(ro), Len: 8})
 	require.Equal(t, status.Closed, g[0].code, "no new leases while shutting down")
 	time.Sleep(50 * time.Millisecond) // a chance to return early; any length does
 	released := time.Now()
@@ -222,11 +222,11 @@ func TestTargetEnforcesLeases(t *testing.T) {
 	// A lease that is never released holds Uninstall for UnregisterTimeout.
 	target2, tr2 := newEngine(t, core.Options{UnregisterTimeout: 200 * time.Millisecond})
 	held := make([]byte, 64)
-	_, err = target2.Register(core.RegionDesc{Addr: memory.Addr(held), Len: 64}, rw)
+	_, err = target2.Register(core.RegionDesc{Addr: host.Addr(held), Len: 64}, rw)
 	require.NoError(t, err)
 	rc2, err := dialRaw(t, tr2.addr, nil)
 	require.NoError(t, err)
-	_, g, _ = rc2.lease(t, 1, time.Minute, leaseEntry{Op: core.OpWrite, Addr: memory.Addr(held), Len: 8})
+	_, g, _ = rc2.lease(t, 1, time.Minute, leaseEntry{Op: core.OpWrite, Addr: host.Addr(held), Len: 8})
 	require.Equal(t, status.OK, g[0].code)
 	start := time.Now()
 	require.NoError(t, target2.Uninstall("shm"))
@@ -250,7 +250,7 @@ func TestAuthentication(t *testing.T) {
 	good, _ := newEngine(t, core.Options{Secret: []byte("s3cret")})
 	seg := openSeg(t, good, peer.Name)
 	local := localBuf(t, good, 4096)
-	code, st, err := run(t, good, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
+	code, st, err := run(t, good, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(local), Segment: seg,
 		Remote: peer.Buffers[0].Addr, Len: 4096}}, core.TransferOptions{})
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, ID, st[0].Transport)

@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -60,7 +60,7 @@ func TestTransferMatrix(t *testing.T) {
 	models := make([][]byte, 2)
 	for b := range models {
 		models[b] = make([]byte, size)
-		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
+		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(local), Segment: seg,
 			Remote: peer.Buffers[b].Addr, Len: size}}, core.TransferOptions{})
 		require.Equal(t, status.OK, code, "%v", err)
 		copy(models[b], local)
@@ -85,7 +85,7 @@ func TestTransferMatrix(t *testing.T) {
 	check := func(t *testing.T, spans []span) {
 		reqs := make([]core.TransferRequest, len(spans))
 		for i, s := range spans {
-			reqs[i] = core.TransferRequest{Op: s.op, Local: memory.Addr(local) + s.local, Segment: seg,
+			reqs[i] = core.TransferRequest{Op: s.op, Local: host.Addr(local) + s.local, Segment: seg,
 				Remote: peer.Buffers[s.buf].Addr + s.remote, Len: s.n}
 		}
 		_, _ = rand.Read(local)

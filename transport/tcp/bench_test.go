@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -50,12 +50,12 @@ func BenchmarkTransfer(b *testing.B) {
 		for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, maxSize} {
 			name := map[core.Op]string{core.OpWrite: "write", core.OpRead: "read"}[op]
 			b.Run(fmt.Sprintf("%s/%s", name, sizeName(size)), func(b *testing.B) {
-				benchBatches(b, e, seg, peer.PID, op, memory.Addr(local), remote, max(span, size), size, 128)
+				benchBatches(b, e, seg, peer.PID, op, host.Addr(local), remote, max(span, size), size, 128)
 			})
 		}
 	}
 	b.Run("write/4KiB/batch1", func(b *testing.B) {
-		benchBatches(b, e, seg, peer.PID, core.OpWrite, memory.Addr(local), remote, span, 4<<10, 1)
+		benchBatches(b, e, seg, peer.PID, core.OpWrite, host.Addr(local), remote, span, 4<<10, 1)
 	})
 }
 

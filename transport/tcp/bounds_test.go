@@ -10,8 +10,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -35,7 +35,7 @@ func TestTargetEnforcesBounds(t *testing.T) {
 	b, _ := newEngine(t, core.Options{})
 	const K = 4096
 	mem := mmap(t, 8*K)
-	base := memory.Addr(mem)
+	base := host.Addr(mem)
 	reg := func(off, n int, perm core.Perm) *core.Region {
 		r, err := b.Register(core.RegionDesc{Addr: base + uint64(off), Len: uint64(n)}, perm)
 		require.NoError(t, err)
@@ -51,7 +51,7 @@ func TestTargetEnforcesBounds(t *testing.T) {
 	random(src)
 	addr, inc := b.ListenAddr(), b.Incarnation()
 	raw := func(op core.Op, off, n int) error {
-		return ta.Raw(addr, inc, op, memory.Addr(src), base+uint64(off), uint64(n), 5*time.Second)
+		return ta.Raw(addr, inc, op, host.Addr(src), base+uint64(off), uint64(n), 5*time.Second)
 	}
 
 	cases := []struct {
@@ -121,10 +121,10 @@ func TestTargetEnforcesAcrossProcesses(t *testing.T) {
 
 	// Read-only buffer: the engine refuses locally, the target refuses a
 	// raw request.
-	_, st, _ := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
+	_, st, _ := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
 		Remote: peer.Buffers[0].Addr, Len: 10}}, 5*time.Second)
 	require.Equal(t, status.PermissionDenied, st[0].Code)
-	err = tr.Raw(addr, inc, core.OpWrite, memory.Addr(src), peer.Buffers[0].Addr, 1<<20, 5*time.Second)
+	err = tr.Raw(addr, inc, core.OpWrite, host.Addr(src), peer.Buffers[0].Addr, 1<<20, 5*time.Second)
 	require.Equal(t, status.PermissionDenied, status.CodeOf(err), "%v", err)
 
 	_, err = peer.Cmd("unregister 1")
@@ -132,13 +132,13 @@ func TestTargetEnforcesAcrossProcesses(t *testing.T) {
 	require.Len(t, stale.Regions, 2, "the stale descriptor still lists the buffer")
 	for _, n := range []uint64{1, 4096, 1 << 20} {
 		t.Run(fmt.Sprint(n), func(t *testing.T) {
-			err := tr.Raw(addr, inc, core.OpWrite, memory.Addr(src), stale.Regions[1].Addr, n, 5*time.Second)
+			err := tr.Raw(addr, inc, core.OpWrite, host.Addr(src), stale.Regions[1].Addr, n, 5*time.Second)
 			require.Equal(t, status.NotRegistered, status.CodeOf(err), "%v", err)
 		})
 	}
 	require.Equal(t, sums, []string{peerSum(t, peer, 0), peerSum(t, peer, 1)}, "the peer's memory changed")
 	// Whereas a READ of the read-only buffer works and returns its pattern.
-	require.NoError(t, tr.Raw(addr, inc, core.OpRead, memory.Addr(src)+1, peer.Buffers[0].Addr, 1<<20, 5*time.Second))
+	require.NoError(t, tr.Raw(addr, inc, core.OpRead, host.Addr(src)+1, peer.Buffers[0].Addr, 1<<20, 5*time.Second))
 	require.Equal(t, peertest.Pattern(0, 1<<20), src[1:1<<20+1])
 }
 
@@ -153,7 +153,7 @@ func TestUnmappedTargetMemory(t *testing.T) {
 	random(src)
 	m, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE)
 	require.NoError(t, err)
-	gone := memory.Addr(m)
+	gone := host.Addr(m)
 	_, err = b.Register(core.RegionDesc{Addr: gone, Len: 1 << 20}, rw)
 	require.NoError(t, err)
 	// PROT_NONE faults like an unmapped range, and unlike munmap it keeps
@@ -164,12 +164,12 @@ func TestUnmappedTargetMemory(t *testing.T) {
 	require.NoError(t, err)
 	for _, n := range []uint64{64, 1 << 20} { // through the buffer, and readv
 		for _, op := range []core.Op{core.OpWrite, core.OpRead} {
-			code, _, err := run(t, a, []core.TransferRequest{{Op: op, Local: memory.Addr(src), Segment: seg, Remote: gone, Len: n}}, 5*time.Second)
+			code, _, err := run(t, a, []core.TransferRequest{{Op: op, Local: host.Addr(src), Segment: seg, Remote: gone, Len: n}}, 5*time.Second)
 			require.NotEqual(t, status.OK, code, "%v", err)
 		}
 	}
-	code, _, err := run(t, a, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
-		Remote: memory.Addr(good), Len: 1 << 20}}, 5*time.Second)
+	code, _, err := run(t, a, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
+		Remote: host.Addr(good), Len: 1 << 20}}, 5*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, src, good)
 }

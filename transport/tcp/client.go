@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -329,7 +329,7 @@ func (c *conn) write(nc net.Conn, group []*chunk) error {
 	for _, ch := range group {
 		putReqHeader(v.header(reqHeaderSize), reqHeader{op: ch.s.op, n: ch.n, id: ch.id, addr: ch.s.remote + ch.off})
 		if ch.s.op == opWrite {
-			v.payload(memory.Bytes(ch.s.local+ch.off, uint64(ch.n)))
+			v.payload(host.Bytes(ch.s.local+ch.off, uint64(ch.n)))
 		}
 	}
 	bufs := v.buffers()
@@ -405,7 +405,7 @@ func (c *conn) readLoop(nc net.Conn) {
 			var err error
 			busy := ch.s.enter()
 			if busy {
-				err = rd.readInto(memory.Bytes(ch.s.local+ch.off, uint64(ch.n)))
+				err = rd.readInto(host.Bytes(ch.s.local+ch.off, uint64(ch.n)))
 			} else {
 				err = rd.discard(int(ch.n)) // canceled: its memory may be gone
 			}

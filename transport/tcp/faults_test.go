@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
@@ -188,9 +188,9 @@ func TestUnresponsivePeer(t *testing.T) {
 			seg, err := e.OpenSegment(f.addr())
 			require.NoError(t, err)
 			reqs := []core.TransferRequest{
-				{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 64 << 20},
-				{Op: core.OpRead, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 4096},
-				{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 1},
+				{Op: core.OpWrite, Local: host.Addr(local), Segment: seg, Remote: fakeBase, Len: 64 << 20},
+				{Op: core.OpRead, Local: host.Addr(local), Segment: seg, Remote: fakeBase, Len: 4096},
+				{Op: core.OpWrite, Local: host.Addr(local), Segment: seg, Remote: fakeBase, Len: 1},
 			}
 			const timeout = 700 * time.Millisecond
 			b, err := e.Submit(reqs, core.TransferOptions{Timeout: timeout})
@@ -216,7 +216,7 @@ func TestConnectionReset(t *testing.T) {
 	require.NoError(t, err)
 	reqs := make([]core.TransferRequest, 8)
 	for i := range reqs {
-		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 1 << 20}
+		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: host.Addr(local), Segment: seg, Remote: fakeBase, Len: 1 << 20}
 	}
 	start := time.Now()
 	code, st, err := run(t, e, reqs, 10*time.Second)
@@ -233,8 +233,8 @@ func TestConnectionReset(t *testing.T) {
 	seg2, err := e.OpenSegment(b.Name())
 	require.NoError(t, err)
 	random(local)
-	code, _, err = run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg2,
-		Remote: memory.Addr(dst), Len: 8 << 20}}, 10*time.Second)
+	code, _, err = run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg2,
+		Remote: host.Addr(dst), Len: 8 << 20}}, 10*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, local, dst)
 }
@@ -252,8 +252,8 @@ func TestReconnectAfterDrop(t *testing.T) {
 	require.NoError(t, err)
 	reqs := make([]core.TransferRequest, 64)
 	for i := range reqs {
-		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src) + uint64(i<<20), Segment: seg,
-			Remote: memory.Addr(dst) + uint64(i<<20), Len: 1 << 20}
+		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src) + uint64(i<<20), Segment: seg,
+			Remote: host.Addr(dst) + uint64(i<<20), Len: 1 << 20}
 	}
 	bt, err := a.Submit(reqs, core.TransferOptions{Timeout: 10 * time.Second})
 	require.NoError(t, err)
@@ -296,7 +296,7 @@ func TestPeerKilledMidBatch(t *testing.T) {
 	reqs := make([]core.TransferRequest, 512)
 	for i := range reqs {
 		off := uint64(i%8) << 20
-		reqs[i] = core.TransferRequest{Op: core.Op(i % 2), Local: memory.Addr(local) + off, Segment: seg,
+		reqs[i] = core.TransferRequest{Op: core.Op(i % 2), Local: host.Addr(local) + off, Segment: seg,
 			Remote: peer.Buffers[0].Addr + off, Len: 1 << 20}
 	}
 	const timeout = 5 * time.Second
@@ -322,7 +322,7 @@ func TestPeerKilledMidBatch(t *testing.T) {
 	other := peertest.Start(t, cfg)
 	seg2, err := e.OpenSegment(other.Name)
 	require.NoError(t, err)
-	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg2,
+	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(local), Segment: seg2,
 		Remote: other.Buffers[0].Addr, Len: 1 << 20}}, 10*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, peertest.Pattern(0, 1<<20), local[:1<<20])
@@ -338,7 +338,7 @@ func TestPeerKilledMidBatch(t *testing.T) {
 	ok := false
 	for attempt := 0; attempt < 10 && !ok; attempt++ {
 		t0 := time.Now()
-		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
+		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(local), Segment: seg,
 			Remote: back.Buffers[0].Addr, Len: 1 << 20}}, 5*time.Second)
 		t.Logf("attempt %d after restart: %v in %v: %v", attempt, code, time.Since(t0), err)
 		ok = code == status.OK
@@ -355,7 +355,7 @@ func TestStaleDeadline(t *testing.T) {
 	local := register(t, e, 4096, 0)
 	seg, err := e.OpenSegment(f.addr())
 	require.NoError(t, err)
-	req := []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(local), Segment: seg, Remote: fakeBase, Len: 4096}}
+	req := []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg, Remote: fakeBase, Len: 4096}}
 	first, err := e.Submit(req, core.TransferOptions{Timeout: 2 * time.Second}) // answered at once
 	require.NoError(t, err)
 	code, err := first.Wait(10 * time.Second)

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -98,12 +98,12 @@ func FuzzServe(f *testing.F) {
 		for i := range mem {
 			mem[i] = byte(i * 7)
 		}
-		_, err = e.Register(core.RegionDesc{Addr: memory.Addr(mem) + fuzzGuard, Len: fuzzGuard}, rw)
+		_, err = e.Register(core.RegionDesc{Addr: host.Addr(mem) + fuzzGuard, Len: fuzzGuard}, rw)
 		require.NoError(f, err)
 		ft.e, ft.mem = e, mem
 		ft.guard = append(bytes.Clone(mem[:fuzzGuard]), mem[2*fuzzGuard:]...)
 	})
-	base := memory.Addr(ft.mem) + fuzzGuard
+	base := host.Addr(ft.mem) + fuzzGuard
 	req := func(op uint8, addr uint64, n uint32, payload int) []byte {
 		b := make([]byte, tcp.ReqHeaderSize+payload)
 		b[0] = op

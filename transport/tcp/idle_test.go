@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -24,7 +24,7 @@ func TestIdleConnectionsClosed(t *testing.T) {
 	seg := openSegment(t, e, peer.Name)
 	moveAll := func() {
 		t.Helper()
-		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
+		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(local), Segment: seg,
 			Remote: peer.Buffers[0].Addr, Len: 4 << 20}}, 10*time.Second)
 		require.Equal(t, status.OK, code, "%v", err)
 	}
@@ -54,7 +54,7 @@ func TestIdleReapUnderLoad(t *testing.T) {
 	local := register(t, e, 32<<20, 0)
 	seg := openSegment(t, e, peer.Name)
 	stop := make(chan struct{})
-	wait := load(t, e, seg, memory.Addr(local), peer.Buffers[0].Addr, stop) // only OK is accepted
+	wait := load(t, e, seg, host.Addr(local), peer.Buffers[0].Addr, stop) // only OK is accepted
 	require.Eventually(t, func() bool { return tr.Stats()["idle_closed"] >= 20 }, 20*time.Second, time.Millisecond)
 	close(stop)
 	require.Positive(t, wait())

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -145,7 +145,7 @@ func (b *bufReader) next(n int) ([]byte, error) {
 // the connection, never a crash; the kernel reports the same as EFAULT on
 // the readv path.
 func (b *bufReader) readInto(dst []byte) error {
-	k, err := memory.Copy(dst, b.buf[b.r:b.w])
+	k, err := host.Copy(dst, b.buf[b.r:b.w])
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func (b *bufReader) readInto(dst []byte) error {
 		if err := b.fill(len(rest)); err != nil {
 			return noEOF(err)
 		}
-		k, err := memory.Copy(rest, b.buf[b.r:b.w])
+		k, err := host.Copy(rest, b.buf[b.r:b.w])
 		if err != nil {
 			return err
 		}

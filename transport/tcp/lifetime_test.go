@@ -13,8 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -114,7 +114,7 @@ func TestTeardownUnderLoad(t *testing.T) {
 			seg, err := e.OpenSegment(peer.Name)
 			require.NoError(t, err)
 			stop := make(chan struct{})
-			wait := load(t, e, seg, memory.Addr(local), peer.Buffers[0].Addr, stop,
+			wait := load(t, e, seg, host.Addr(local), peer.Buffers[0].Addr, stop,
 				status.Closed, status.Unsupported)
 			require.Eventually(t, func() bool { return tr.Stats()["bytes_received"] > 4<<20 }, 10*time.Second, time.Millisecond)
 			done := make(chan error)
@@ -163,7 +163,7 @@ func TestTargetUninstallUnderLoad(t *testing.T) {
 	stop := make(chan struct{})
 	// Unsupported: the target's descriptor stops listing tcp once it is
 	// uninstalled, so requests routed after the change find no transport.
-	wait := load(t, a, seg, memory.Addr(src), memory.Addr(dst), stop, status.TransportError, status.Unsupported)
+	wait := load(t, a, seg, host.Addr(src), host.Addr(dst), stop, status.TransportError, status.Unsupported)
 	require.Eventually(t, func() bool { return tb.Stats()["bytes_received"] > 4<<20 }, 10*time.Second, time.Millisecond)
 	require.NoError(t, b.Uninstall("tcp"))
 	requireIdle(t, tb)
@@ -178,8 +178,8 @@ func TestTargetUninstallUnderLoad(t *testing.T) {
 	tb2 := tcp.New(tcp.Options{})
 	require.NoError(t, b.Install(tb2))
 	random(src)
-	code, _, err := run(t, a, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
-		Remote: memory.Addr(dst), Len: 32 << 20}}, 10*time.Second)
+	code, _, err := run(t, a, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
+		Remote: host.Addr(dst), Len: 32 << 20}}, 10*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, src, dst)
 
@@ -200,7 +200,7 @@ func TestCancel(t *testing.T) {
 	for _, op := range []core.Op{core.OpRead, core.OpWrite} {
 		reqs := make([]core.TransferRequest, 64)
 		for i := range reqs {
-			reqs[i] = core.TransferRequest{Op: op, Local: memory.Addr(local) + uint64(i)<<20, Segment: seg,
+			reqs[i] = core.TransferRequest{Op: op, Local: host.Addr(local) + uint64(i)<<20, Segment: seg,
 				Remote: peer.Buffers[0].Addr + uint64(i%16)<<20, Len: 1 << 20}
 		}
 		before := tr.Stats()["bytes_received"] + tr.Stats()["bytes_sent"]
@@ -221,7 +221,7 @@ func TestCancel(t *testing.T) {
 	}
 	require.Eventually(t, func() bool { return tr.Stats()["requests_in_flight"] == 0 }, 5*time.Second, time.Millisecond)
 	// The connections stayed in step: the next batch works.
-	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(local), Segment: seg,
+	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(local), Segment: seg,
 		Remote: peer.Buffers[0].Addr, Len: 1 << 20}}, 10*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 }
@@ -241,7 +241,7 @@ func TestAuthentication(t *testing.T) {
 		require.ErrorIs(t, err, status.ErrAuthFailed)
 		src := register(t, e, 1<<20, 0)
 		random(src)
-		err = tr.Raw(peer.Name, 0, core.OpWrite, memory.Addr(src), peer.Buffers[0].Addr, 1<<20, 2*time.Second)
+		err = tr.Raw(peer.Name, 0, core.OpWrite, host.Addr(src), peer.Buffers[0].Addr, 1<<20, 2*time.Second)
 		require.ErrorIs(t, err, status.ErrAuthFailed)
 		require.Eventually(t, func() bool { return tr.Stats()["goroutines"] == 0 }, 5*time.Second, time.Millisecond)
 		requireIdle(t, tr)
@@ -253,7 +253,7 @@ func TestAuthentication(t *testing.T) {
 	require.NoError(t, err)
 	src := register(t, e, 1<<20, 0)
 	random(src)
-	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
+	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
 		Remote: peer.Buffers[0].Addr, Len: 1 << 20}}, 10*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, peertest.Sum(src), peerSum(t, peer, 0))
@@ -289,7 +289,7 @@ func TestUninstallDuringDial(t *testing.T) {
 	src := make([]byte, 64)
 	done := make(chan error, 1)
 	go func() {
-		done <- tr.Raw(ln.Addr().String(), 1, core.OpWrite, memory.Addr(src), 0x1000, 64, 30*time.Second)
+		done <- tr.Raw(ln.Addr().String(), 1, core.OpWrite, host.Addr(src), 0x1000, 64, 30*time.Second)
 	}()
 	require.Eventually(t, func() bool { return tr.Stats()["dials"] == 1 }, 10*time.Second, time.Millisecond)
 	// Accepted: the dial is done and the client waits in the handshake.

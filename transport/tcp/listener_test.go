@@ -9,8 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -47,7 +47,7 @@ func writeAndCheck(t *testing.T, e *core.Engine, seg *core.Segment, p *peertest.
 	t.Helper()
 	src := register(t, e, size, 0)
 	random(src)
-	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
+	code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
 		Remote: p.Buffers[0].Addr, Len: uint64(size)}}, 30*time.Second)
 	require.NoError(t, err)
 	require.Equal(t, status.OK, code)

@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -29,17 +29,17 @@ func TestReadOnlyAllocationOverTCP(t *testing.T) {
 	require.NotZero(t, ro.AllocID)
 	before := peerSum(t, peer, 0)
 
-	code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(dst), Segment: seg,
+	code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(dst), Segment: seg,
 		Remote: ro.Addr, Len: 1 << 20}}, 5*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, tcp.ID, st[0].Transport)
 	require.Equal(t, peertest.Pattern(0, 1<<20), dst)
 
-	_, st, _ = run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(dst), Segment: seg,
+	_, st, _ = run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(dst), Segment: seg,
 		Remote: ro.Addr, Len: 4096}}, 5*time.Second)
 	require.Equal(t, status.PermissionDenied, st[0].Code)
 	addr, inc := descOf(t, seg.Peer().Desc())
-	err = tr.Raw(addr, inc, core.OpWrite, memory.Addr(dst), ro.Addr, 1<<20, 5*time.Second)
+	err = tr.Raw(addr, inc, core.OpWrite, host.Addr(dst), ro.Addr, 1<<20, 5*time.Second)
 	require.Equal(t, status.PermissionDenied, status.CodeOf(err), "%v", err)
 	require.Equal(t, before, peerSum(t, peer, 0), "the read-only allocation is unchanged")
 }

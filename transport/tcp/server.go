@@ -8,8 +8,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	tmem "github.com/tent-dev/tent/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -164,7 +164,7 @@ func (s *server) write(h reqHeader) error {
 		return nil
 	}
 	if stage == nil {
-		err := s.rd.readInto(memory.Bytes(h.addr, uint64(h.n)))
+		err := s.rd.readInto(host.Bytes(h.addr, uint64(h.n)))
 		s.e.Release(region)
 		if err != nil {
 			return err
@@ -201,7 +201,7 @@ func (s *server) read(h reqHeader) error {
 	}
 	if !region.Loc.IsCUDA() {
 		s.held = append(s.held, region)
-		s.reply(h, nil, memory.Bytes(h.addr, uint64(h.n)), 0)
+		s.reply(h, nil, host.Bytes(h.addr, uint64(h.n)), 0)
 		return nil
 	}
 	stage, kind, err := s.stageBuf(region.Loc, int(h.n))

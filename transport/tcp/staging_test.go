@@ -10,9 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	tmem "github.com/tent-dev/tent/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -52,13 +52,13 @@ func (g *gateGPU) wait() {
 
 func (g *gateGPU) CopyOut(dst []byte, src uint64) error {
 	g.wait()
-	copy(dst, memory.Bytes(src, uint64(len(dst))))
+	copy(dst, host.Bytes(src, uint64(len(dst))))
 	return nil
 }
 
 func (g *gateGPU) CopyIn(dst uint64, src []byte) error {
 	g.wait()
-	copy(memory.Bytes(dst, uint64(len(src))), src)
+	copy(host.Bytes(dst, uint64(len(src))), src)
 	return nil
 }
 
@@ -81,7 +81,7 @@ func gpuLike(t *testing.T, e *core.Engine, n int) []byte {
 	b, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = unix.Munmap(b) })
-	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: uint64(n), Location: "cuda:0"}, 0)
+	r, err := e.Register(core.RegionDesc{Addr: host.Addr(b), Len: uint64(n), Location: "cuda:0"}, 0)
 	require.NoError(t, err)
 	require.True(t, r.Loc.IsCUDA())
 	return b
@@ -108,7 +108,7 @@ func TestStaging(t *testing.T) {
 	seg := openSegment(t, e, peer.Name)
 	remote := peer.Buffers[0].Addr
 	req := func(op core.Op, i int) core.TransferRequest {
-		return core.TransferRequest{Op: op, Local: memory.Addr(gpu) + uint64(i*size), Segment: seg,
+		return core.TransferRequest{Op: op, Local: host.Addr(gpu) + uint64(i*size), Segment: seg,
 			Remote: remote + uint64(i*size), Len: size}
 	}
 
@@ -135,7 +135,7 @@ func TestStaging(t *testing.T) {
 		require.NoError(t, err)
 		remoteGPU, err := strconv.ParseUint(addr, 10, 64)
 		require.NoError(t, err)
-		code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: memory.Addr(gpu), Segment: seg,
+		code, st, err := run(t, e, []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(gpu), Segment: seg,
 			Remote: remoteGPU, Len: 1 << 20}}, 10*time.Second)
 		require.Equal(t, status.Unsupported, code)
 		require.Equal(t, tcp.ID, st[0].Transport)

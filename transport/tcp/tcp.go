@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/slab"
+	"github.com/tent-dev/tent/memory/host/slab"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )

@@ -14,9 +14,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
 	"github.com/tent-dev/tent/internal/peertest"
 	tmem "github.com/tent-dev/tent/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 	"github.com/tent-dev/tent/wire"
@@ -36,7 +36,7 @@ func TestMain(m *testing.M) {
 		if err != nil {
 			return "", err
 		}
-		addr := memory.Addr(b)
+		addr := host.Addr(b)
 		_, err = e.Register(core.RegionDesc{Addr: addr, Len: uint64(size), Location: "cuda:0"}, rw)
 		return strconv.FormatUint(addr, 10), err
 	}
@@ -89,7 +89,7 @@ func openSegment(t testing.TB, e *core.Engine, name string) *core.Segment {
 func register(t testing.TB, e *core.Engine, n int, perm core.Perm) []byte {
 	t.Helper()
 	b := make([]byte, n)
-	_, err := e.Register(core.RegionDesc{Addr: memory.Addr(b), Len: uint64(n)}, perm)
+	_, err := e.Register(core.RegionDesc{Addr: host.Addr(b), Len: uint64(n)}, perm)
 	require.NoError(t, err)
 	// The engine holds only the address: a test that passes nothing but
 	// the address on (to a load running while the engine closes) must not
@@ -107,7 +107,7 @@ func alloc(t testing.TB, e *core.Engine, n int, perm core.Perm) []byte {
 	t.Helper()
 	r, err := e.Alloc(uint64(n), "cpu", perm)
 	require.NoError(t, err)
-	return memory.Bytes(r.Addr, uint64(n))
+	return host.Bytes(r.Addr, uint64(n))
 }
 
 func random(b []byte) {
@@ -154,7 +154,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 		models[i] = make([]byte, n)
 		random(models[i])
 		copy(src, models[i])
-		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg,
+		code, _, err := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
 			Remote: peer.Buffers[i].Addr, Len: uint64(n)}}, 30*time.Second)
 		require.Equal(t, status.OK, code, "%v", err)
 		require.Equal(t, peertest.Sum(models[i]), peerSum(t, peer, i))
@@ -176,7 +176,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 			random(src[:c.batch*stride+3])
 			reqs := make([]core.TransferRequest, c.batch)
 			for i := range reqs {
-				reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src) + uint64(3+i*stride),
+				reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src) + uint64(3+i*stride),
 					Segment: seg, Remote: remote + uint64(7+i*stride), Len: uint64(c.n)}
 				copy(model[7+i*stride:7+i*stride+c.n], src[3+i*stride:3+i*stride+c.n])
 			}
@@ -190,7 +190,7 @@ func TestTransferAcrossProcesses(t *testing.T) {
 
 			// READ back, from other offsets, into other local addresses.
 			for i := range reqs {
-				reqs[i] = core.TransferRequest{Op: core.OpRead, Local: memory.Addr(dst) + uint64(5+i*stride),
+				reqs[i] = core.TransferRequest{Op: core.OpRead, Local: host.Addr(dst) + uint64(5+i*stride),
 					Segment: seg, Remote: remote + uint64(ci+i*stride), Len: uint64(c.n)}
 			}
 			code, _, err = run(t, e, reqs, 30*time.Second)
@@ -223,10 +223,10 @@ func TestTransferInProcess(t *testing.T) {
 			require.NoError(t, err)
 			var reqs []core.TransferRequest
 			for off := 0; off < 8<<20; off += 1 << 20 {
-				reqs = append(reqs, core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src) + uint64(off),
-					Segment: seg, Remote: memory.Addr(dst) + uint64(off), Len: 1 << 20})
+				reqs = append(reqs, core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src) + uint64(off),
+					Segment: seg, Remote: host.Addr(dst) + uint64(off), Len: 1 << 20})
 			}
-			reqs = append(reqs, core.TransferRequest{Op: core.OpWrite, Local: memory.Addr(src), Segment: seg, Remote: memory.Addr(dst), Len: 1})
+			reqs = append(reqs, core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src), Segment: seg, Remote: host.Addr(dst), Len: 1})
 			code, _, err := run(t, a, reqs, 10*time.Second)
 			require.Equal(t, status.OK, code, "%v", err)
 			require.Equal(t, src, dst)

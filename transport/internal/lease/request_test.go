@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
@@ -64,9 +64,9 @@ func TestPins(t *testing.T) {
 	defer e.Close()
 	buf := make([]byte, 8192)
 	ro := make([]byte, 4096)
-	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(buf), Len: uint64(len(buf))}, core.PermRemoteRead|core.PermRemoteWrite)
+	r, err := e.Register(core.RegionDesc{Addr: host.Addr(buf), Len: uint64(len(buf))}, core.PermRemoteRead|core.PermRemoteWrite)
 	require.NoError(t, err)
-	rr, err := e.Register(core.RegionDesc{Addr: memory.Addr(ro), Len: uint64(len(ro))}, core.PermRemoteRead)
+	rr, err := e.Register(core.RegionDesc{Addr: host.Addr(ro), Len: uint64(len(ro))}, core.PermRemoteRead)
 	require.NoError(t, err)
 
 	var p Pins

@@ -1,6 +1,7 @@
-// Package memory turns raw addresses of registered memory (which the Go
-// runtime does not own) into byte slices, in one audited place.
-package memory
+package host
+
+// Raw addresses of registered memory (which the Go runtime does not own)
+// become byte slices here, in one audited place.
 
 import (
 	"runtime/debug"
