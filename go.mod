@@ -3,6 +3,7 @@ module github.com/tent-dev/tent
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/google/btree v1.1.3
 	github.com/mattn/go-pointer v0.0.1
 	github.com/stretchr/testify v1.12.1

@@ -17,8 +17,10 @@ func tentgo_topology_json(buf C.uintptr_t, capacity C.size_t, lenOut C.uintptr_t
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	hook("topology_json")
 	// No GPU (no NVML, no driver) is not an error: "gpus": [] and a reason.
-	// nvmlinfo resolves NVML with dlopen/dlsym, so libtent.so keeps loading
-	// with RTLD_NOW where no driver is installed (tests/c/test_dlopen.c).
+	// nvmlinfo queries NVML through go-nvml, whose NVML functions are
+	// defined inside libtent.so (cuda/nvmlinfo/forward), so libtent.so
+	// keeps loading with RTLD_NOW where no driver is installed
+	// (tests/c/test_dlopen.c, tests/nvml).
 	info, err := nvmlinfo.Topology()
 	if err != nil {
 		return fail(err)

@@ -100,5 +100,6 @@
 // live objects and fault injection. Load it with Load(fake.Path), or give a
 // child process fake.Env() (TENT_CUDA_DRIVER) and use Default there.
 //
-// Package nvmlinfo discovers the GPU topology with NVML.
+// Package nvmlinfo discovers the GPU topology with NVML (go-nvml); package
+// fakenvml is a fake NVML library for tests.
 package cuda

@@ -1,26 +1,19 @@
 package nvmlinfo
 
-/*
-#cgo LDFLAGS: -ldl
-#include <stdlib.h>
-#include "tent_nvml.h"
-*/
-import "C"
-
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"sync"
-	"unsafe"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	// Definitions of every NVML function go-nvml calls, so that libtent.so
+	// has no undefined nvml* symbol (see its doc.go).
+	"github.com/tent-dev/tent/cuda/nvmlinfo/forward"
 )
 
-// DefaultLibrary is the NVML library Topology loads unless EnvLibrary names
-// another one.
-const DefaultLibrary = "libnvidia-ml.so.1"
-
-// EnvLibrary overrides the NVML library path (tests point it at a fake).
-const EnvLibrary = "TENT_NVML_LIBRARY"
+// Library is the NVML library go-nvml and tent's forwarders open: found by
+// the dynamic loader like any library (LD_LIBRARY_PATH, ld.so.cache).
+const Library = forward.LibraryName
 
 // Fabric states, as NVML's nvmlGpuFabricState_t.
 const (
@@ -58,6 +51,9 @@ type GPU struct {
 	Name     string `json:"name"`
 	UUID     string `json:"uuid"`
 	PCIBusID string `json:"pci_bus_id"`
+	// PCIDeviceID is the PCI device id (high 16 bits) and vendor id (low
+	// 16 bits, 0x10de), 0 when unknown.
+	PCIDeviceID uint32 `json:"pci_device_id"`
 	// NUMANode is the host NUMA node of the GPU, -1 when unknown.
 	NUMANode    int    `json:"numa_node"`
 	MemoryTotal uint64 `json:"memory_total"`
@@ -80,12 +76,7 @@ type TopologyInfo struct {
 }
 
 // JSON encodes t with its stable field names ("gpus": [] when none).
-func (t TopologyInfo) JSON() ([]byte, error) {
-	if t.GPUs == nil {
-		t.GPUs = []GPU{}
-	}
-	return json.Marshal(t)
-}
+func (t TopologyInfo) JSON() ([]byte, error) { return json.Marshal(t) }
 
 // MarshalJSON makes every encoding of t list "gpus" as an array.
 func (t TopologyInfo) MarshalJSON() ([]byte, error) {
@@ -96,66 +87,78 @@ func (t TopologyInfo) MarshalJSON() ([]byte, error) {
 	return json.Marshal(plain(t))
 }
 
-// Topology discovers the GPUs with NVML ($TENT_NVML_LIBRARY, else
-// libnvidia-ml.so.1). No NVML or no driver is not an error: the topology
-// is empty and Reason says why. The error is reserved for misuse; today
-// Topology always returns nil.
-func Topology() (TopologyInfo, error) {
-	path := os.Getenv(EnvLibrary)
-	if path == "" {
-		path = DefaultLibrary
-	}
-	return TopologyFrom(path)
+// Topology discovers the GPUs with go-nvml. No NVML library or no driver
+// is not an error: the topology is empty and Reason says why. The error is
+// reserved for misuse; today Topology always returns nil.
+func Topology() (TopologyInfo, error) { return query(processLibrary{}) }
+
+// library is the part of go-nvml's nvml.Interface Topology uses.
+type library interface {
+	Init() nvml.Return
+	Shutdown() nvml.Return
+	ErrorString(nvml.Return) string
+	SystemGetDriverVersion() (string, nvml.Return)
+	SystemGetCudaDriverVersion() (int, nvml.Return)
+	DeviceGetCount() (int, nvml.Return)
+	DeviceGetHandleByIndex(int) (nvml.Device, nvml.Return)
 }
 
-var (
-	libMu sync.Mutex
-	libs  = map[string]*C.tent_nvml_api{}
+// processLibrary is go-nvml's process-wide library (nvml.Init & co.),
+// which counts its users and serializes its loading.
+type processLibrary struct{}
 
-	// testHook runs at the start of each query (tests make it panic).
-	testHook func()
-)
+func (processLibrary) Init() nvml.Return                  { return nvml.Init() }
+func (processLibrary) Shutdown() nvml.Return              { return nvml.Shutdown() }
+func (processLibrary) ErrorString(r nvml.Return) string   { return nvml.ErrorString(r) }
+func (processLibrary) DeviceGetCount() (int, nvml.Return) { return nvml.DeviceGetCount() }
+func (processLibrary) SystemGetDriverVersion() (string, nvml.Return) {
+	return nvml.SystemGetDriverVersion()
+}
+func (processLibrary) SystemGetCudaDriverVersion() (int, nvml.Return) {
+	return nvml.SystemGetCudaDriverVersion()
+}
+func (processLibrary) DeviceGetHandleByIndex(i int) (nvml.Device, nvml.Return) {
+	return nvml.DeviceGetHandleByIndex(i)
+}
 
-// NVML return codes and fabric states nvmlinfo looks at (nvml.h).
-const (
-	nvmlSuccess         = 0
-	nvmlDriverNotLoaded = 9
-
-	fabricNotSupported = 0
-	fabricNotStarted   = 1
-	fabricInProgress   = 2
-	fabricCompleted    = 3
-)
-
-// TopologyFrom is Topology with the NVML library at path. NVML stays loaded
-// and initialized for the life of the process once nvmlInit worked.
-func TopologyFrom(path string) (info TopologyInfo, err error) {
+// query is Topology on lib: Init, the queries, Shutdown. A panic inside
+// NVML or go-nvml becomes the Reason of an empty topology.
+func query(lib library) (info TopologyInfo, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			info = TopologyInfo{GPUs: []GPU{}, Reason: fmt.Sprintf("NVML failed: %v", p)}
 			err = nil
 		}
 	}()
-	if testHook != nil {
-		testHook()
-	}
 	info = TopologyInfo{GPUs: []GPU{}}
-	a, reason := open(path)
-	if a == nil {
-		info.Reason = reason
+	switch r := lib.Init(); r {
+	case nvml.SUCCESS:
+	case nvml.ERROR_LIBRARY_NOT_FOUND:
+		info.Reason = fmt.Sprintf("no NVML (%s not found): no GPU topology", Library)
+		return info, nil
+	case nvml.ERROR_DRIVER_NOT_LOADED:
+		// go-nvml holds the library after a failed nvmlInit: Shutdown lets
+		// it go where NVML accepts that (a real one answers UNINITIALIZED).
+		_ = lib.Shutdown()
+		info.Reason = "nvmlInit: the NVIDIA driver is not loaded: no GPU topology"
+		return info, nil
+	default:
+		msg := lib.ErrorString(r)
+		_ = lib.Shutdown()
+		info.Reason = fmt.Sprintf("nvmlInit: %s: no GPU topology", msg)
 		return info, nil
 	}
-	var buf [128]C.char
-	if C.tent_nvml_driver_version(a, &buf[0], C.uint(len(buf))) == nvmlSuccess {
-		info.DriverVersion = C.GoString(&buf[0])
+	defer lib.Shutdown()
+
+	if v, r := lib.SystemGetDriverVersion(); r == nvml.SUCCESS {
+		info.DriverVersion = v
 	}
-	var cv C.int
-	if C.tent_nvml_cuda_driver_version(a, &cv) == nvmlSuccess {
-		info.CUDADriverVersion = int(cv)
+	if v, r := lib.SystemGetCudaDriverVersion(); r == nvml.SUCCESS {
+		info.CUDADriverVersion = v
 	}
-	var n C.uint
-	if r := C.tent_nvml_device_count(a, &n); r != nvmlSuccess {
-		info.Reason = "nvmlDeviceGetCount: " + errorString(a, r)
+	n, r := lib.DeviceGetCount()
+	if r != nvml.SUCCESS {
+		info.Reason = "nvmlDeviceGetCount: " + lib.ErrorString(r)
 		return info, nil
 	}
 	if n == 0 {
@@ -163,8 +166,8 @@ func TopologyFrom(path string) (info TopologyInfo, err error) {
 		return info, nil
 	}
 	var problems []string
-	for i := 0; i < int(n); i++ {
-		g, problem := gpu(a, i)
+	for i := 0; i < n; i++ {
+		g, problem := gpu(lib, i)
 		if problem != "" {
 			problems = append(problems, problem)
 		}
@@ -180,119 +183,106 @@ func TopologyFrom(path string) (info TopologyInfo, err error) {
 	return info, nil
 }
 
-func errorString(a *C.tent_nvml_api, r C.nvmlReturn_t) string {
-	return C.GoString(C.tent_nvml_error_string(a, r))
-}
-
-// open loads and initializes the NVML library at path once; on failure it
-// returns nil and the reason (a later call tries again).
-func open(path string) (*C.tent_nvml_api, string) {
-	libMu.Lock()
-	defer libMu.Unlock()
-	if a, ok := libs[path]; ok {
-		return a, ""
-	}
-	cpath := C.CString(path)
-	defer C.free(unsafe.Pointer(cpath))
-	var errbuf [256]C.char
-	var notFound C.int
-	a := C.tent_nvml_open(cpath, &errbuf[0], C.int(len(errbuf)), &notFound)
-	if a == nil {
-		if notFound != 0 {
-			return nil, fmt.Sprintf("no NVML (%s not found): no GPU topology", path)
-		}
-		return nil, fmt.Sprintf("NVML unusable (%s): no GPU topology", C.GoString(&errbuf[0]))
-	}
-	switch r := C.tent_nvml_init(a); r {
-	case nvmlSuccess:
-		libs[path] = a
-		return a, ""
-	case nvmlDriverNotLoaded:
-		return nil, "nvmlInit: the NVIDIA driver is not loaded: no GPU topology"
-	default:
-		return nil, fmt.Sprintf("nvmlInit: %s: no GPU topology", errorString(a, r))
-	}
-}
-
-func gpu(a *C.tent_nvml_api, i int) (GPU, string) {
+// gpu reads GPU i. Name, UUID and PCI info are expected of every NVML: the
+// first of them that fails is the problem returned. Memory, NUMA node and
+// fabric are optional (absent from older drivers, or not supported).
+func gpu(lib library, i int) (GPU, string) {
 	g := GPU{Index: i, NUMANode: -1, Fabric: Fabric{State: FabricStateUnknown}}
-	var dev C.nvmlDevice_t
-	if r := C.tent_nvml_device_by_index(a, C.uint(i), &dev); r != nvmlSuccess {
-		return g, fmt.Sprintf("nvmlDeviceGetHandleByIndex(%d): %s", i, errorString(a, r))
+	dev, r := lib.DeviceGetHandleByIndex(i)
+	if r != nvml.SUCCESS {
+		return g, fmt.Sprintf("nvmlDeviceGetHandleByIndex(%d): %s", i, lib.ErrorString(r))
 	}
 	var problem string
-	note := func(call string, r C.nvmlReturn_t) {
+	note := func(call string, r nvml.Return) {
 		if problem == "" {
-			problem = fmt.Sprintf("GPU %d: %s: %s", i, call, errorString(a, r))
+			problem = fmt.Sprintf("GPU %d: %s: %s", i, call, lib.ErrorString(r))
 		}
 	}
-	var buf [128]C.char
-	if r := C.tent_nvml_name(a, dev, &buf[0], C.uint(len(buf))); r == nvmlSuccess {
-		g.Name = C.GoString(&buf[0])
+	if s, r := dev.GetName(); r == nvml.SUCCESS {
+		g.Name = s
 	} else {
 		note("nvmlDeviceGetName", r)
 	}
-	if r := C.tent_nvml_uuid(a, dev, &buf[0], C.uint(len(buf))); r == nvmlSuccess {
-		g.UUID = C.GoString(&buf[0])
+	if s, r := dev.GetUUID(); r == nvml.SUCCESS {
+		g.UUID = s
 	} else {
 		note("nvmlDeviceGetUUID", r)
 	}
-	var pci C.tent_nvml_pci_t
-	if r := C.tent_nvml_pci(a, dev, &pci); r == nvmlSuccess {
-		g.PCIBusID = C.GoString(&pci.busId[0])
+	if p, r := dev.GetPciInfo(); r == nvml.SUCCESS {
+		g.PCIBusID = cString(p.BusId[:])
+		g.PCIDeviceID = p.PciDeviceId
 	} else {
 		note("nvmlDeviceGetPciInfo", r)
 	}
-	var mem C.tent_nvml_memory_t
-	if r := C.tent_nvml_memory(a, dev, &mem); r == nvmlSuccess {
-		g.MemoryTotal = uint64(mem.total)
+	if m, r := dev.GetMemoryInfo(); r == nvml.SUCCESS {
+		g.MemoryTotal = m.Total
 	}
-	var node C.uint
-	if C.tent_nvml_numa_node(a, dev, &node) == nvmlSuccess {
-		g.NUMANode = int(node)
+	if node, r := dev.GetNumaNodeId(); r == nvml.SUCCESS {
+		g.NUMANode = node
 	}
-	g.Fabric = fabric(a, dev)
+	g.Fabric = fabric(lib, dev)
 	return g, problem
 }
 
-func fabric(a *C.tent_nvml_api, dev C.nvmlDevice_t) Fabric {
-	var f C.tent_nvml_fabric_v2_t
-	switch r := C.tent_nvml_fabric(a, dev, &f); {
-	case r == C.NVML_ERROR_FUNCTION_NOT_FOUND:
+// fabric asks nvmlDeviceGetGpuFabricInfoV (R550+), else the older
+// nvmlDeviceGetGpuFabricInfo.
+func fabric(lib library, dev nvml.Device) Fabric {
+	var (
+		uuid   [16]uint8
+		status uint32
+		clique uint32
+		state  uint8
+	)
+	v2, r := dev.GetGpuFabricInfoV().V2()
+	if r == nvml.ERROR_FUNCTION_NOT_FOUND {
+		var v1 nvml.GpuFabricInfo
+		v1, r = dev.GetGpuFabricInfo()
+		uuid, status, clique, state = v1.ClusterUuid, v1.Status, v1.CliqueId, v1.State
+	} else {
+		uuid, status, clique, state = v2.ClusterUuid, v2.Status, v2.CliqueId, v2.State
+	}
+	switch {
+	case r == nvml.ERROR_FUNCTION_NOT_FOUND:
 		return Fabric{State: FabricStateUnknown}
-	case r != nvmlSuccess:
+	case r != nvml.SUCCESS:
 		return Fabric{State: FabricStateNotSupported}
 	}
-	out := Fabric{Supported: true, CliqueID: uint32(f.cliqueId), State: stateName(uint8(f.state))}
-	if f.status == nvmlSuccess {
+	out := Fabric{Supported: state != nvml.GPU_FABRIC_STATE_NOT_SUPPORTED, CliqueID: clique, State: stateName(state)}
+	if nvml.Return(status) == nvml.SUCCESS {
 		out.Status = "SUCCESS"
 	} else {
-		out.Status = errorString(a, f.status)
+		out.Status = lib.ErrorString(nvml.Return(status))
 	}
-	var uuid [16]byte
-	for i := range uuid {
-		uuid[i] = byte(f.clusterUuid[i])
-	}
-	if uuid != ([16]byte{}) {
+	if uuid != ([16]uint8{}) {
 		out.ClusterUUID = fmt.Sprintf("%x-%x-%x-%x-%x", uuid[0:4], uuid[4:6], uuid[6:8], uuid[8:10], uuid[10:16])
 	}
-	out.Usable = f.state == fabricCompleted && f.status == nvmlSuccess && out.ClusterUUID != ""
-	if f.state == fabricNotSupported {
-		out.Supported = false
-	}
+	out.Usable = state == nvml.GPU_FABRIC_STATE_COMPLETED && nvml.Return(status) == nvml.SUCCESS && out.ClusterUUID != ""
 	return out
 }
 
 func stateName(s uint8) string {
 	switch s {
-	case fabricNotSupported:
+	case nvml.GPU_FABRIC_STATE_NOT_SUPPORTED:
 		return FabricStateNotSupported
-	case fabricNotStarted:
+	case nvml.GPU_FABRIC_STATE_NOT_STARTED:
 		return FabricStateNotStarted
-	case fabricInProgress:
+	case nvml.GPU_FABRIC_STATE_IN_PROGRESS:
 		return FabricStateInProgress
-	case fabricCompleted:
+	case nvml.GPU_FABRIC_STATE_COMPLETED:
 		return FabricStateCompleted
 	}
 	return FabricStateUnknown
+}
+
+// cString is the NUL-terminated string at the start of b (go-nvml's
+// fixed-size char arrays).
+func cString(b []int8) string {
+	out := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		out = append(out, byte(c))
+	}
+	return string(out)
 }

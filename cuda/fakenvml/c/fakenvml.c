@@ -1,12 +1,17 @@
 /*
- * A fake libnvidia-ml.so for nvmlinfo's tests: the few NVML entry points
- * nvmlinfo calls. Behaviour comes from the environment, read at each call:
- *   FAKENVML_GPUS        number of GPUs (default 2)
+ * A fake libnvidia-ml.so.1 (see doc.go): the few NVML entry points tent's
+ * topology calls, and nothing else, so every other NVML function is one the
+ * "driver" lacks. Behaviour comes from the environment, read at each call:
+ *   FAKENVML_GPUS        number of GPUs (default 2, at most 8)
  *   FAKENVML_INIT_ERROR  nvmlReturn_t for nvmlInit (default 0)
  *   FAKENVML_FABRIC      0: fabric not supported, 1: registered in a cluster,
  *                        2: registration in progress (default 0)
+ *   FAKENVML_NUMA        NUMA node of each GPU, comma-separated ("0,0,1,1";
+ *                        "-" for a GPU whose node NVML does not know);
+ *                        default: GPU i on node i/4
  * Build: gcc -shared -fPIC -o libnvidia-ml.so.1 fakenvml.c
- * (-DFAKENVML_NO_FABRIC_V: only the older nvmlDeviceGetGpuFabricInfo).
+ * (-DFAKENVML_NO_FABRIC_V: only the older nvmlDeviceGetGpuFabricInfo;
+ *  -DFAKENVML_NO_NUMA: no nvmlDeviceGetNumaNodeId).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +69,8 @@ const char *nvmlErrorString(nvmlReturn_t r) {
 	case 2: return "Invalid Argument";
 	case 3: return "Not Supported";
 	case 9: return "Driver Not Loaded";
+	case 12: return "NVML Shared Library Not Found";
+	case 13: return "Function Not Found";
 	case 25: return "Argument version mismatch";
 	}
 	return "Unknown Error";
@@ -111,6 +118,8 @@ nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t d, nvmlPciInfo_t *p) {
 	if (i < 0) return 2;
 	memset(p, 0, sizeof *p);
 	p->bus = 0x1a + i;
+	p->pciDeviceId = 0x233510de; /* device 0x2335 (H200 SXM), vendor 0x10de */
+	p->pciSubSystemId = 0x18be10de;
 	snprintf(p->busIdLegacy, sizeof p->busIdLegacy, "0000:%02X:00.0", (0x1a + i) & 0xff);
 	snprintf(p->busId, sizeof p->busId, "00000000:%02X:00.0", 0x1a + i);
 	return 0;
@@ -124,12 +133,24 @@ nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t d, nvmlMemory_t *m) {
 	return 0;
 }
 
+#ifndef FAKENVML_NO_NUMA
 nvmlReturn_t nvmlDeviceGetNumaNodeId(nvmlDevice_t d, unsigned int *node) {
 	int i = dev_index(d);
 	if (i < 0) return 2;
-	*node = (unsigned int)(i / 4);
+	const char *s = getenv("FAKENVML_NUMA");
+	if (s == NULL || *s == 0) {
+		*node = (unsigned int)(i / 4);
+		return 0;
+	}
+	for (int k = 0; k < i && s != NULL; k++) {
+		s = strchr(s, ',');
+		if (s != NULL) s++;
+	}
+	if (s == NULL || *s == 0 || *s == ',' || *s == '-') return 3; /* NVML_ERROR_NOT_SUPPORTED */
+	*node = (unsigned int)atoi(s);
 	return 0;
 }
+#endif
 
 typedef struct {
 	unsigned char clusterUuid[16];

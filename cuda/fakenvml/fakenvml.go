@@ -1,0 +1,75 @@
+package fakenvml
+
+import (
+	"bytes"
+	"embed"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+//go:embed c/fakenvml.c
+var source embed.FS
+
+// LibName is the file name of the library, the one NVML users dlopen.
+const LibName = "libnvidia-ml.so.1"
+
+// Variants of the library: each leaves functions out.
+const (
+	WithoutFabricV = "FAKENVML_NO_FABRIC_V" // no nvmlDeviceGetGpuFabricInfoV
+	WithoutNUMA    = "FAKENVML_NO_NUMA"     // no nvmlDeviceGetNumaNodeId
+)
+
+// Build compiles the fake into dir/libnvidia-ml.so.1 with gcc ($CC if
+// set), defining each of defines, and returns the library's path.
+func Build(dir string, defines ...string) (string, error) {
+	src, err := source.ReadFile("c/fakenvml.c")
+	if err != nil {
+		return "", err
+	}
+	cfile := filepath.Join(dir, "fakenvml.c")
+	if err := os.WriteFile(cfile, src, 0o644); err != nil {
+		return "", err
+	}
+	cc := os.Getenv("CC")
+	if cc == "" {
+		cc = "gcc"
+	}
+	out := filepath.Join(dir, LibName)
+	args := []string{"-shared", "-fPIC", "-O1", "-Wall", "-Wl,-soname," + LibName, "-o", out, cfile}
+	for _, d := range defines {
+		args = append(args, "-D"+d)
+	}
+	cmd := exec.Command(cc, args...)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("fakenvml: %s %s: %v\n%s", cc, strings.Join(args, " "), err, stderr.String())
+	}
+	return out, os.Remove(cfile)
+}
+
+// Dir builds the fake (variant: defines) into a directory of t's, removed
+// when t ends, and returns the directory.
+func Dir(t testing.TB, defines ...string) string {
+	t.Helper()
+	d := t.TempDir()
+	if _, err := Build(d, defines...); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// Env is the environment of a process that finds the fake in dir as its
+// NVML: LD_LIBRARY_PATH with dir first, then the FAKENVML_* settings
+// given ("FAKENVML_GPUS=4", ...).
+func Env(dir string, settings ...string) []string {
+	path := dir
+	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
+		path += ":" + old
+	}
+	return append([]string{"LD_LIBRARY_PATH=" + path}, settings...)
+}
