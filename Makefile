@@ -64,6 +64,7 @@ TEST_TARGETS += test-cpp
 TEST_TARGETS += test-python
 TEST_TARGETS += test-multihost
 TEST_TARGETS += test-install
+TEST_TARGETS += test-nvml
 TEST_TARGETS += test-tools
 
 .PHONY: all lib demo test deps $(TEST_TARGETS) test-stress clean gpu-check \
@@ -201,6 +202,14 @@ test-c: $(C_TESTS) $(BUILD)/demo_register
 # process per case (tests/c/test_badinput.c).
 test-badinput: $(BUILD)/tests/test_badinput
 	./$(BUILD)/tests/test_badinput
+
+# ---- NVML in libtent.so (go-nvml through cuda/nvmlinfo/forward) ----------
+# No undefined or exported nvml* symbol; Python (RTLD_NOW, LD_BIND_NOW=1) and
+# a C++ program linked with plain -ltent load it with no NVML and with the
+# fake libnvidia-ml.so.1 (cuda/fakenvml), whose report the topology matches.
+
+test-nvml: $(LIB)
+	bash tests/nvml/test_nvml.sh $(LIB)
 
 # ---- C++: include/tent.hpp, cpp_examples/, tests/cpp/ (rules in tests/cpp/cpp.mk) ----
 
