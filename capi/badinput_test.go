@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -107,16 +108,20 @@ func TestAbsurdBatchCounts(t *testing.T) {
 	requireStats(t, e, 0, 0)
 }
 
-// A location naming a device is checked against the devices present: no
-// CUDA driver here, so any GPU location is UNSUPPORTED, one at a time or
-// in a batch.
+// A location naming a device is checked against the devices present:
+// without a CUDA driver any GPU location is UNSUPPORTED; with one, a GPU
+// past the last is INVALID_ARGUMENT.
 func TestLocationNamingAbsentDevice(t *testing.T) {
-	if _, err := cumem.Open(); err == nil {
-		t.Skip("a CUDA driver with GPUs is present")
-	}
 	e, _ := newEngine(t)
 	buf, free := cMalloc(1 << 16)
 	defer free()
+	if m, err := cumem.Open(); err == nil && m.Driver().DeviceCount() > 0 {
+		loc := fmt.Sprintf("cuda:%d", m.Driver().DeviceCount())
+		_, r := cRegister(e, buf, 4096, &loc, rw, true)
+		requireFail(t, status.InvalidArgument, r)
+		requireStats(t, e, 0, 0)
+		return
+	}
 	for _, loc := range []string{"cuda", "cuda:0", "cuda:99"} {
 		_, r := cRegister(e, buf, 4096, &loc, rw, true)
 		requireFail(t, status.Unsupported, r)
