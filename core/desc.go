@@ -41,7 +41,7 @@ func (e *Engine) descriptor() ([]byte, *wire.SegmentDesc, error) {
 	}
 	d := &wire.SegmentDesc{
 		Name:        e.name,
-		MachineID:   MachineID(),
+		MachineID:   e.machine,
 		PID:         uint32(os.Getpid()),
 		Incarnation: e.incarnation,
 		Generation:  gen,
@@ -87,7 +87,9 @@ func (e *Engine) descriptor() ([]byte, *wire.SegmentDesc, error) {
 	return b, d, nil
 }
 
-var machineID = func() string {
+// readMachineID identifies this host: TENT_MACHINE_ID, else the machine
+// id and boot id, else the host name.
+func readMachineID() string {
 	if id := os.Getenv("TENT_MACHINE_ID"); id != "" {
 		return id
 	}
@@ -102,9 +104,10 @@ var machineID = func() string {
 		return h
 	}
 	return strings.Join(parts, "/")
-}()
+}
 
-// MachineID identifies this host: engines with the same id share memory
-// and can use the shm transport. TENT_MACHINE_ID overrides it (tests that
-// simulate several hosts on one machine).
-func MachineID() string { return machineID }
+// MachineID identifies the engine's host, as its descriptor publishes it:
+// engines with the same id share memory and can use the shm transport.
+// TENT_MACHINE_ID overrides it (tests that simulate several hosts on one
+// machine); it is read when the engine is created.
+func (e *Engine) MachineID() string { return e.machine }

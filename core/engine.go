@@ -97,17 +97,19 @@ func (o *Options) withDefaults() Options {
 // use. Close releases everything; afterwards every method fails with
 // ErrClosed.
 type Engine struct {
-	opts        Options
-	available   *transportSet
-	name        string
-	incarnation uint64
-	srv         *server
-	dir         Directory
-	scope       string // dir's scope: where engines of this process find e by name
-	byAddress   bool   // ... and by listen address
-	notes       *notifyQueue
-	mem         *memory.Layer
-	log         *slog.Logger // Options.Logger with the engine's name
+	opts          Options
+	available     *transportSet
+	name          string
+	incarnation   uint64
+	srv           *server
+	dir           Directory
+	scope         string // dir's scope: where engines of this process find e by name
+	byAddress     bool   // ... and by listen address
+	notes         *notifyQueue
+	mem           *memory.Layer
+	machine       string       // MachineID, read once at creation
+	duplicateDone atomic.Int64 // completions reported twice (transport bugs)
+	log           *slog.Logger // Options.Logger with the engine's name
 
 	mu          sync.Mutex
 	closed      bool
@@ -161,7 +163,7 @@ func New(o Options) (*Engine, error) {
 		notes: newNotifyQueue(), peers: map[string]*Peer{}, segments: map[*Segment]struct{}{},
 		batches: map[*Batch]struct{}{}, links: map[*link]struct{}{},
 		subscribers: map[chan struct{}]struct{}{}, allocs: map[*Allocation]struct{}{},
-		installing: map[string]bool{}, mem: mem, available: available,
+		installing: map[string]bool{}, mem: mem, machine: readMachineID(), available: available,
 	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
@@ -631,6 +633,9 @@ type Stats struct {
 	Listeners map[string]ListenerStats
 	// Unavailable: transports asked for that cannot serve here, and why.
 	Unavailable map[string]string
+	// DuplicateCompletions counts requests a transport reported done twice
+	// for one attempt (a transport bug; the second report is ignored).
+	DuplicateCompletions int64
 }
 
 // Stats returns the engine's current counts.
@@ -648,6 +653,8 @@ func (e *Engine) Stats() Stats {
 		ControlLinks:     len(e.links),
 		Transports:       map[string]map[string]int64{},
 		Listeners:        map[string]ListenerStats{},
+
+		DuplicateCompletions: e.duplicateDone.Load(),
 	}
 	ts := e.transports
 	s.Unavailable = make(map[string]string, len(e.unavailable))

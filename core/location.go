@@ -14,9 +14,6 @@ type Location struct {
 	Device int    // NUMA node or GPU ordinal; -1 when unspecified
 }
 
-// CPU is host memory on no particular NUMA node.
-var CPU = Location{Kind: "cpu", Device: -1}
-
 // IsCUDA reports whether l is GPU memory.
 func (l Location) IsCUDA() bool { return l.Kind == "cuda" }
 

@@ -105,7 +105,7 @@ func (r *Request) Done(n uint64, err error) {
 		}
 	}
 	if r.settled.Swap(true) {
-		duplicateDone.Add(1)
+		r.batch.e.duplicateDone.Add(1)
 		return
 	}
 	r.bytes.Store(n)
@@ -117,9 +117,6 @@ func (r *Request) Done(n uint64, err error) {
 	b.settle()
 	b.finish(r, status.CodeOf(err), err)
 }
-
-// duplicateDone counts completions reported twice (transport bugs).
-var duplicateDone atomic.Int64
 
 // sanitize makes sure a failure reads as a failure: an error without a
 // code is the transport's (retryable, as safeCall treats it), and one that

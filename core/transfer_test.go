@@ -397,3 +397,38 @@ func TestUnmappedRegisteredMemory(t *testing.T) {
 		require.Contains(t, err.Error(), "not mapped")
 	}
 }
+
+// doubleDone reports every request done twice, like a buggy transport.
+type doubleDone struct{ *coretest.Mover }
+
+func (m doubleDone) Submit(reqs []*core.Request) {
+	for _, r := range reqs {
+		r.Done(r.Len, nil)
+		r.Done(r.Len, nil)
+	}
+}
+
+// A completion reported twice is ignored and counted, in the engine whose
+// request it was only.
+func TestDuplicateCompletionsArePerEngine(t *testing.T) {
+	a := newLocalEngine(t, core.Options{})
+	require.NoError(t, a.Uninstall("local"))
+	require.NoError(t, a.Install(doubleDone{coretest.NewMover("twice")}))
+	other := newLocalEngine(t, core.Options{})
+	b := newLocalEngine(t, core.Options{})
+	src, _ := buf(t, a, 4096, 0)
+	dst, _ := buf(t, b, 4096, core.PermRemoteWrite)
+	seg, err := a.OpenSegment(b.Name())
+	require.NoError(t, err)
+	batch, err := a.Submit([]core.TransferRequest{
+		{Op: core.OpWrite, Local: host.Addr(src), Segment: seg, Remote: host.Addr(dst), Len: 8},
+		{Op: core.OpWrite, Local: host.Addr(src) + 8, Segment: seg, Remote: host.Addr(dst) + 8, Len: 8},
+	}, core.TransferOptions{})
+	require.NoError(t, err)
+	code, err := batch.Wait(5 * time.Second)
+	require.Equal(t, status.OK, code, "%v", err)
+	a.ReleaseBatch(batch)
+	require.EqualValues(t, 2, a.Stats().DuplicateCompletions)
+	require.Zero(t, other.Stats().DuplicateCompletions)
+	require.Zero(t, b.Stats().DuplicateCompletions)
+}

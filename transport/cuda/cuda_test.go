@@ -721,7 +721,7 @@ func TestFabricAcrossHosts(t *testing.T) {
 	peer := startPeer(t, f, []peertest.Buffer{gpuBuf(size)}, "TENT_MACHINE_ID=another-host")
 	e, tr := newEngine(t, "cuda")
 	seg := open(t, e, peer.Name)
-	require.NotEqual(t, core.MachineID(), seg.Peer().Desc().MachineID)
+	require.NotEqual(t, e.MachineID(), seg.Peer().Desc().MachineID)
 	lr, err := e.Alloc(size, "cuda:0", rw)
 	require.NoError(t, err)
 	mustTransfer(t, e, core.TransferRequest{Op: core.OpRead, Local: lr.Addr, Segment: seg, Remote: peer.Buffers[0].Addr, Len: size})

@@ -276,7 +276,10 @@ func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 		return
 	}
 	t.observe(p, desc)
-	sameHost := desc.MachineID == core.MachineID() && t.endpoint(desc, Name) != ""
+	if len(idx) == 0 {
+		return
+	}
+	sameHost := desc.MachineID == j.reqs[idx[0]].LocalRegion.Engine().MachineID() && t.endpoint(desc, Name) != ""
 	todo := j.reachable(desc, idx, sameHost)
 	if len(todo) == 0 {
 		return

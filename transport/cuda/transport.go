@@ -456,7 +456,7 @@ func (t *Transport) Eligible(r *core.Request) bool {
 	if !remoteCUDA || r.Desc == nil {
 		return false
 	}
-	if r.Desc.MachineID == core.MachineID() && t.endpoint(r.Desc, Name) != "" {
+	if r.LocalRegion != nil && r.Desc.MachineID == r.LocalRegion.Engine().MachineID() && t.endpoint(r.Desc, Name) != "" {
 		// Only read-write allocations are exported (an imported handle
 		// grants both); the rest is left to the staging transports.
 		return r.RemoteRegion.AllocID != 0 && r.RemoteRegion.Perm&wire.PermMask == wire.PermMask

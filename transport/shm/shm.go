@@ -179,7 +179,7 @@ func (t *Transport) UnregisterMemory(regions []*core.Region) error {
 // process_vm, which is skipped for a peer whose kernel refused it before.
 func (t *Transport) Eligible(r *core.Request) bool {
 	d := r.Desc
-	if d == nil || d.MachineID != core.MachineID() || r.LocalRegion == nil || r.LocalRegion.Loc.IsCUDA() ||
+	if d == nil || r.LocalRegion == nil || d.MachineID != r.LocalRegion.Engine().MachineID() || r.LocalRegion.Loc.IsCUDA() ||
 		strings.HasPrefix(r.RemoteRegion.Location, "cuda") || endpoint(d) == "" {
 		return false
 	}
