@@ -58,8 +58,8 @@ func (e *Engine) detectLocation(addr uint64) (Location, error) {
 
 // checkDevice checks that the device an explicit location names exists
 // here: a GPU the engine's CUDA memory sees (UNSUPPORTED when it has none),
-// a NUMA node of this machine. Whether the memory really lives there is the
-// transports' check (the cuda transport asks the driver).
+// a NUMA node of this machine. Whether the memory really lives there is
+// the memory kinds' check (memory.Verifier), made after this one.
 func (e *Engine) checkDevice(loc Location) error {
 	k, err := e.memoryKind(loc)
 	if err != nil {

@@ -130,7 +130,10 @@ func (e *Engine) validateDesc(d RegionDesc) (Location, error) {
 	if err != nil {
 		return Location{}, err
 	}
-	return loc, e.checkDevice(loc)
+	if err := e.checkDevice(loc); err != nil {
+		return Location{}, err
+	}
+	return loc, e.mem.Verify(d.Addr, d.Len, loc.Kind, loc.Device)
 }
 
 func validatePerm(p Perm) error {

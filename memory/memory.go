@@ -30,6 +30,18 @@ type Kind interface {
 	CopyIn(dst uint64, src []byte) error
 }
 
+// Verifier is implemented by kinds that can tell whether memory given an
+// explicit location really lives there. Memory of one kind registered as
+// another would make a transport touch it the wrong way (a socket reading
+// into GPU memory as if it were host memory), so registration asks every
+// such kind.
+type Verifier interface {
+	// Verify checks that [addr, addr+n) may be registered at the location
+	// of kind kind (any kind, not only the verifier's) on device dev. A
+	// kind that cannot tell trusts the caller.
+	Verify(addr, n uint64, kind string, dev int) error
+}
+
 // Allocation is memory a Kind allocated.
 type Allocation struct {
 	Addr uint64
@@ -111,6 +123,19 @@ func (l *Layer) Detect(addr uint64) (k Kind, dev int, err error) {
 		}
 	}
 	return l.Host(), -1, nil
+}
+
+// Verify asks every kind that is a Verifier whether [addr, addr+n) may be
+// registered at location kind, device dev.
+func (l *Layer) Verify(addr, n uint64, kind string, dev int) error {
+	for _, k := range l.kinds {
+		if v, ok := k.(Verifier); ok {
+			if err := v.Verify(addr, n, kind, dev); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Has reports whether the layer has a kind called name.

@@ -66,6 +66,36 @@ func (m *Memory) Detect(addr uint64) (int, bool, error) {
 	return -1, false, nil
 }
 
+// Verify checks a location given explicitly against the driver: GPU
+// memory registered as host memory, host memory registered as GPU memory
+// and GPU memory of one device registered as another's are refused.
+// Managed memory, which host and devices can both touch, may be either;
+// an address the driver cannot tell about is trusted.
+func (m *Memory) Verify(addr, n uint64, kind string, dev int) error {
+	pa, err := m.d.Pointer(addr)
+	if err != nil || pa.Managed {
+		return nil
+	}
+	isDev := pa.Type == cu.MemoryDevice
+	loc := kind
+	if dev >= 0 {
+		loc += ":" + strconv.Itoa(dev)
+	}
+	switch {
+	case kind == Kind && !isDev:
+		return status.Errorf(status.InvalidArgument,
+			"[%#x, %#x) is registered as %s but the CUDA driver says it is not GPU memory", addr, addr+n, loc)
+	case kind != Kind && isDev:
+		return status.Errorf(status.InvalidArgument,
+			"[%#x, %#x) is registered as %s but is GPU memory of %s: give location %q or none to detect it",
+			addr, addr+n, loc, location(pa.Device), location(pa.Device))
+	case isDev && dev != pa.Device:
+		return status.Errorf(status.InvalidArgument,
+			"[%#x, %#x) is registered as %s but is GPU memory of %s", addr, addr+n, loc, location(pa.Device))
+	}
+	return nil
+}
+
 // Allocation is what the kind knows about one of its allocations: the
 // mapping that holds it, and whether it can be exported as a fabric handle.
 type Allocation struct {

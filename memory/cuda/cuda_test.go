@@ -40,6 +40,13 @@ func TestGPUMemoryOnTheFakeDriver(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, ok)
 
+	// Explicit locations are checked against the driver.
+	require.NoError(t, m.Verify(p, 4096, "cuda", 1))
+	require.ErrorContains(t, m.Verify(p, 4096, "cpu", -1), "is GPU memory of cuda:1")
+	require.ErrorContains(t, m.Verify(p, 4096, "cuda", 0), "is GPU memory of cuda:1")
+	require.ErrorContains(t, m.Verify(host.Addr(buf), 16, "cuda", 0), "not GPU memory")
+	require.NoError(t, m.Verify(host.Addr(buf), 16, "cpu", -1))
+
 	// Staging copies are the driver's.
 	require.NoError(t, m.CopyIn(p, []byte("to the gpu")))
 	out := make([]byte, 10)

@@ -16,9 +16,10 @@
 // "gpus": 0, and the engine leaves it out, with Stats().Unavailable
 // saying "no CUDA driver: the engine was created without GPU memory".
 //
-// RegisterMemory checks locations given explicitly against the driver,
-// because GPU memory declared as host memory would make the host-memory
-// transports crash, and records the engine's GPU allocations (their
+// The engine's GPU memory checks locations given explicitly against the
+// driver (memory/cuda's Verify), because GPU memory declared as host
+// memory would make the host-memory transports crash, in every engine
+// with GPU memory. RegisterMemory records the engine's GPU allocations (their
 // memory/cuda.Allocation: the cuMemCreate mapping and whether it has a
 // FABRIC handle) as exportable. Only such engine allocations can be shared
 // with other processes: their regions carry an AllocID in the descriptor.

@@ -284,24 +284,15 @@ func (t *Transport) releaseMapping(m *cu.Mapping) error {
 	return nil
 }
 
-// RegisterMemory checks that the location given for each region matches
-// what the driver says (GPU memory declared as host memory would crash the
-// host-memory transports), and records the engine's GPU allocations as
-// exportable. It keeps nothing when it fails.
+// RegisterMemory records the engine's GPU allocations as exportable. (The
+// engine's GPU memory has already checked locations given explicitly
+// against the driver: memory/cuda's Verify.)
 func (t *Transport) RegisterMemory(regions []*core.Region) error {
 	t.mu.Lock()
 	d := t.d
 	t.mu.Unlock()
 	if d == nil {
 		return nil
-	}
-	for i, r := range regions {
-		if err := checkLocation(d, r); err != nil {
-			if len(regions) > 1 {
-				return status.Errorf(status.CodeOf(err), "entry %d: %w", i, err)
-			}
-			return err
-		}
 	}
 	var exs []*export
 	for _, r := range regions {
@@ -327,29 +318,6 @@ func (t *Transport) RegisterMemory(regions []*core.Region) error {
 		t.exports[ex.region.Alloc.ID] = ex
 	}
 	t.mu.Unlock()
-	return nil
-}
-
-func checkLocation(d *cu.Driver, r *core.Region) error {
-	pa, err := d.Pointer(r.Addr)
-	if err != nil {
-		return nil // the driver cannot tell: trust the caller
-	}
-	isDev := pa.Type == cu.MemoryDevice && !pa.Managed
-	switch {
-	case pa.Managed:
-		return nil // host and devices can both touch it: either location works
-	case r.Loc.IsCUDA() && !isDev:
-		return status.Errorf(status.InvalidArgument,
-			"[%#x, %#x) is registered as %s but the CUDA driver says it is not GPU memory", r.Addr, r.End(), r.Loc)
-	case !r.Loc.IsCUDA() && isDev:
-		return status.Errorf(status.InvalidArgument,
-			"[%#x, %#x) is registered as %s but is GPU memory of cuda:%d: give location \"cuda:%d\" or none to detect it",
-			r.Addr, r.End(), r.Loc, pa.Device, pa.Device)
-	case isDev && r.Loc.Device != pa.Device:
-		return status.Errorf(status.InvalidArgument,
-			"[%#x, %#x) is registered as %s but is GPU memory of cuda:%d", r.Addr, r.End(), r.Loc, pa.Device)
-	}
 	return nil
 }
 

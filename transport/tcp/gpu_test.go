@@ -67,6 +67,14 @@ func TestGPUMemoryWithoutCUDATransport(t *testing.T) {
 	rd, err := target.Register(core.RegionDesc{Addr: dst, Len: size}, core.PermRemoteRead|core.PermRemoteWrite)
 	require.NoError(t, err)
 	require.Equal(t, "cuda:0", rd.Loc.String())
+	// A location given explicitly is checked against the driver, with no
+	// cuda transport to do it: GPU memory as host memory would have tcp
+	// read a socket into it directly.
+	_, err = initiator.Register(core.RegionDesc{Addr: dst, Len: 4096, Location: "cpu"}, 0)
+	require.Equal(t, status.InvalidArgument, status.CodeOf(err))
+	require.ErrorContains(t, err, "is GPU memory of cuda:0")
+	_, err = initiator.Register(core.RegionDesc{Addr: dst, Len: 4096, Location: "cuda:1"}, 0)
+	require.Equal(t, status.InvalidArgument, status.CodeOf(err))
 	// Allocation: the engine's own GPU memory, on the fake's device 1.
 	ra, err := initiator.Alloc(1<<20, "cuda:1", 0)
 	require.NoError(t, err)
