@@ -149,13 +149,6 @@ func (s *server) isClosed() bool {
 	return s.closed
 }
 
-// heldLease is a set of regions held (Acquire) for one initiator batch.
-type heldLease struct {
-	regions []*core.Region
-	timer   *time.Timer
-	once    sync.Once
-}
-
 // sconn is the state of one served session.
 type sconn struct {
 	s   *server
@@ -163,8 +156,9 @@ type sconn struct {
 	uc  *net.UnixConn // nil for sessions over the engine's TCP listener
 	wmu sync.Mutex
 
+	leases *lease.Table
+
 	mu       sync.Mutex
-	leases   map[uint64]*heldLease
 	imported map[uint64]bool // allocations this session was given an fd of
 }
 
@@ -184,7 +178,8 @@ func (sc *sconn) write(typ uint8, payload []byte, fds []int) error {
 // serve answers one session until it fails or is closed, then releases the
 // leases it still holds.
 func (s *server) serve(c net.Conn, uc *net.UnixConn) {
-	sc := &sconn{s: s, c: c, uc: uc, leases: map[uint64]*heldLease{}, imported: map[uint64]bool{}}
+	sc := &sconn{s: s, c: c, uc: uc, imported: map[uint64]bool{},
+		leases: lease.NewTable(s.e, lease.TableCounts{Held: &s.leases})}
 	s.mu.Lock()
 	s.served[sc] = struct{}{}
 	s.mu.Unlock()
@@ -192,7 +187,7 @@ func (s *server) serve(c net.Conn, uc *net.UnixConn) {
 		s.mu.Lock()
 		delete(s.served, sc)
 		s.mu.Unlock()
-		sc.releaseAll()
+		sc.leases.Close()
 	}()
 	enc := wire.NewEncoder(nil)
 	enc.U64(s.e.Incarnation())
@@ -348,14 +343,12 @@ func (sc *sconn) handleLease(payload []byte) error {
 	}
 	var leaseID uint64
 	if len(pins.Regions) > 0 {
-		l := &heldLease{regions: pins.Regions}
 		leaseID = s.nextLease.Add(1)
-		s.leases.Add(1)
+		if err := sc.leases.Hold(leaseID, pins, ttl+leaseGrace); err != nil {
+			pins.Release(e)
+			return err
+		}
 		s.t.leasesTotal.Add(1)
-		l.timer = time.AfterFunc(ttl+leaseGrace, func() { sc.release(leaseID) })
-		sc.mu.Lock()
-		sc.leases[leaseID] = l
-		sc.mu.Unlock()
 	}
 	enc.U64(id)
 	enc.U64(leaseID)
@@ -365,37 +358,7 @@ func (sc *sconn) handleLease(payload []byte) error {
 }
 
 // release ends a lease once (unknown ids are ignored: expired already).
-func (sc *sconn) release(id uint64) {
-	sc.mu.Lock()
-	l := sc.leases[id]
-	delete(sc.leases, id)
-	sc.mu.Unlock()
-	if l != nil {
-		sc.s.drop(l)
-	}
-}
-
-func (sc *sconn) releaseAll() {
-	sc.mu.Lock()
-	ls := sc.leases
-	sc.leases = map[uint64]*heldLease{}
-	sc.mu.Unlock()
-	for _, l := range ls {
-		sc.s.drop(l)
-	}
-}
-
-func (s *server) drop(l *heldLease) {
-	l.once.Do(func() {
-		if l.timer != nil {
-			l.timer.Stop()
-		}
-		for _, r := range l.regions {
-			s.e.Release(r)
-		}
-		s.leases.Add(-1)
-	})
-}
+func (sc *sconn) release(id uint64) { sc.leases.Release(id) }
 
 // revoke tells the sessions that imported any of allocs that they are
 // gone, so the importers release their mappings (which keep the memory

@@ -314,7 +314,7 @@ func TestCancel(t *testing.T) {
 		require.Zero(t, tr.Stats()["bytes"])
 		require.Eventually(t, func() bool {
 			st := tr.Stats()
-			return st["jobs"] == 0 && st["leases"] == 0 && st["fds"] == 0 && st["goroutines"] == 3 // + the reader
+			return st["jobs"] == 0 && st["leases"] == 0 && st["fds"] == 0 && st["goroutines"] == 2 // the accept loop and the reader
 		}, 5*time.Second, time.Millisecond)
 	})
 

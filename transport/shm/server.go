@@ -25,9 +25,10 @@ type serverConn struct {
 
 	wmu sync.Mutex // frames written by the serving goroutine and by revoke
 
+	leases *lease.Table
+
 	mu     sync.Mutex
 	closed bool
-	leases map[uint64]*heldLease
 	sent   map[uint64]struct{} // allocation ids
 
 	// shareFDs: the peer runs as our uid or as root (SO_PEERCRED), so it
@@ -36,16 +37,10 @@ type serverConn struct {
 	shareFDs bool
 }
 
-// heldLease pins the regions of the granted entries until it is released,
-// its connection closes, or it expires.
-type heldLease struct {
-	regions []*core.Region // one pin each (a region may appear twice)
-	expires time.Time
-}
-
 // admit starts serving an accepted connection (on the loop's goroutine).
 func (t *Transport) admit(c *net.UnixConn, p *acceptloop.Pending) {
-	sc := &serverConn{t: t, c: c, leases: map[uint64]*heldLease{}, sent: map[uint64]struct{}{}}
+	sc := &serverConn{t: t, c: c, sent: map[uint64]struct{}{},
+		leases: lease.NewTable(t.e, lease.TableCounts{Held: &t.leases, Expired: &t.expired})}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -116,7 +111,6 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 	if h := testHookGrant.Load(); h != nil {
 		(*h)()
 	}
-	now := time.Now()
 	ttl := min(m.TTL, t.maxLease)
 	refusal, err := sc.admitLease(m.ID)
 	if err != nil {
@@ -143,7 +137,7 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 	}
 	gen := t.e.Generation() // after the acquisitions: every granted allocation is registered at gen
 	if len(pins.Regions) > 0 {
-		if err := sc.hold(m.ID, pins.Regions, att.fds, now.Add(ttl+leaseGrace)); err != nil {
+		if err := sc.hold(m.ID, pins, att.fds, ttl+leaseGrace); err != nil {
 			pins.Release(t.e)
 			return out, ents, err
 		}
@@ -158,10 +152,10 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 // connection holds maxLeasesPerConn leases).
 func (sc *serverConn) admitLease(id uint64) (refusal *grantEntry, err error) {
 	sc.mu.Lock()
-	_, dup := sc.leases[id]
-	busy := len(sc.leases) >= maxLeasesPerConn
 	closed := sc.closed
 	sc.mu.Unlock()
+	dup := sc.leases.Has(id)
+	busy := sc.leases.Len() >= maxLeasesPerConn
 	switch {
 	case closed:
 		return nil, status.Errorf(status.Closed, "connection closed")
@@ -211,22 +205,18 @@ func (sc *serverConn) share(r *core.Region, att *attachments) uint64 {
 	return a.ID
 }
 
-// hold records a granted lease (its pins, and the descriptors about to go
-// out) on the connection, unless the connection closed meanwhile.
-func (sc *serverConn) hold(id uint64, regions []*core.Region, fds []grantFD, expires time.Time) error {
-	l := &heldLease{regions: regions, expires: expires}
-	sc.mu.Lock()
-	if sc.closed {
-		sc.mu.Unlock()
-		return status.Errorf(status.Closed, "connection closed")
+// hold records a granted lease (its pins until ttl from now, and the
+// descriptors about to go out) on the connection, unless the connection
+// closed meanwhile.
+func (sc *serverConn) hold(id uint64, pins lease.Pins, fds []grantFD, ttl time.Duration) error {
+	if err := sc.leases.Hold(id, pins, ttl); err != nil {
+		return err
 	}
-	sc.leases[id] = l
+	sc.mu.Lock()
 	for _, f := range fds {
 		sc.sent[f.alloc] = struct{}{}
 	}
 	sc.mu.Unlock()
-	sc.t.leases.Add(1)
-	sc.t.scheduleReap(expires)
 	return nil
 }
 
@@ -258,22 +248,7 @@ func (sc *serverConn) write(b []byte, fds []int) error {
 	return lease.WriteFrame(sc.c, b, fds)
 }
 
-func (sc *serverConn) release(id uint64) {
-	sc.mu.Lock()
-	l := sc.leases[id]
-	delete(sc.leases, id)
-	sc.mu.Unlock()
-	if l != nil {
-		releaseRegions(sc.t.e, l.regions)
-		sc.t.leases.Add(-1)
-	}
-}
-
-func releaseRegions(e *core.Engine, regions []*core.Region) {
-	for _, r := range regions {
-		e.Release(r)
-	}
-}
+func (sc *serverConn) release(id uint64) { sc.leases.Release(id) }
 
 // revoke tells the initiator that allocations it may have mapped are gone.
 func (sc *serverConn) revoke(ids []uint64) {
@@ -308,98 +283,7 @@ func (sc *serverConn) close() {
 		return
 	}
 	sc.closed = true
-	leases := sc.leases
-	sc.leases = nil
 	sc.mu.Unlock()
 	_ = sc.c.Close()
-	for _, l := range leases {
-		releaseRegions(sc.t.e, l.regions)
-		sc.t.leases.Add(-1)
-	}
-}
-
-// expire takes back the leases whose time is up and returns the earliest
-// expiry left (zero if none).
-func (sc *serverConn) expire(now time.Time) time.Time {
-	var next time.Time
-	var dead []*heldLease
-	sc.mu.Lock()
-	for id, l := range sc.leases {
-		if !now.Before(l.expires) {
-			dead = append(dead, l)
-			delete(sc.leases, id)
-		} else if next.IsZero() || l.expires.Before(next) {
-			next = l.expires
-		}
-	}
-	sc.mu.Unlock()
-	for _, l := range dead {
-		releaseRegions(sc.t.e, l.regions)
-		sc.t.leases.Add(-1)
-		sc.t.expired.Add(1)
-	}
-	return next
-}
-
-// scheduleReap makes sure the reaper wakes by at.
-func (t *Transport) scheduleReap(at time.Time) {
-	t.mu.Lock()
-	wake := t.nextReap.IsZero() || at.Before(t.nextReap)
-	if wake {
-		t.nextReap = at
-	}
-	t.mu.Unlock()
-	if wake {
-		select {
-		case t.kick <- struct{}{}:
-		default:
-		}
-	}
-}
-
-// reaper takes back expired leases, so a stuck initiator cannot keep the
-// target's unregister waiting past a lease's deadline plus leaseGrace.
-func (t *Transport) reaper() {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		select {
-		case <-t.done:
-			return
-		case <-t.kick:
-		case <-timer.C:
-		}
-		now := time.Now()
-		t.mu.Lock()
-		servers := make([]*serverConn, 0, len(t.servers))
-		for sc := range t.servers {
-			servers = append(servers, sc)
-		}
-		t.nextReap = time.Time{}
-		t.mu.Unlock()
-		var next time.Time
-		for _, sc := range servers {
-			if n := sc.expire(now); !n.IsZero() && (next.IsZero() || n.Before(next)) {
-				next = n
-			}
-		}
-		// A grant since the scan may have set an earlier time (and kicked).
-		t.mu.Lock()
-		if !next.IsZero() && (t.nextReap.IsZero() || next.Before(t.nextReap)) {
-			t.nextReap = next
-		}
-		at := t.nextReap
-		t.mu.Unlock()
-		wait := time.Hour
-		if !at.IsZero() {
-			wait = max(time.Until(at), time.Millisecond)
-		}
-		if !timer.Stop() {
-			select {
-			case <-timer.C:
-			default:
-			}
-		}
-		timer.Reset(wait)
-	}
+	sc.leases.Close()
 }

@@ -62,8 +62,6 @@ type Transport struct {
 	jobs     map[*job]struct{}
 	free     []*job
 	denied   map[uint64]struct{} // incarnations whose process_vm was refused
-	nextReap time.Time
-	kick     chan struct{}
 	copying  int        // jobs holding a lease and copying
 	copyIdle *sync.Cond // signaled when copying drops to 0 (on mu)
 
@@ -100,7 +98,6 @@ func New() *Transport {
 		dials:   map[net.Conn]struct{}{},
 		jobs:    map[*job]struct{}{},
 		denied:  map[uint64]struct{}{},
-		kick:    make(chan struct{}, 1),
 	}
 	t.copyIdle = sync.NewCond(&t.mu)
 	return t
@@ -127,7 +124,6 @@ func (t *Transport) Install(e *core.Engine) error {
 	t.secret = append([]byte(nil), opts.Secret...)
 	t.maxLease = opts.DefaultTimeout
 	t.spawnLocked(func() { ln.Serve(t.admit) })
-	t.spawnLocked(t.reaper)
 	return nil
 }
 

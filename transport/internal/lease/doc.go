@@ -49,8 +49,12 @@
 // granted ranges stay pinned until the lease ends, so unregistering them
 // waits (and past UnregisterTimeout fails with Busy). A range inside a
 // region the same grant already pinned, with the permission it needs,
-// shares that pin. How a grant is answered and released is the
-// transport's.
+// shares that pin. A Table holds a session's leases: each is released
+// exactly once, on the initiator's release, at the lease's deadline (the
+// asked ttl, capped by the target, plus the transport's grace period, so
+// a stuck initiator cannot keep an unregister waiting past it) or when the
+// session ends (a dead initiator's socket closes). How a grant is answered
+// is the transport's.
 //
 // # File descriptors
 //
