@@ -94,9 +94,10 @@ func BenchmarkShm(b *testing.B) {
 	}
 }
 
-// BenchmarkShmRoundTrip is the fixed cost of a same-host batch: one
-// 8-byte WRITE into the peer's memfd allocation, submit to completion
-// (the lease round trip to the target process, the copy, the release).
+// BenchmarkShmRoundTrip is the fixed cost of a same-host batch of one
+// WRITE into the peer's memfd allocation (8 bytes and 4 KiB), submit to
+// completion (the lease round trip to the target process, the copy, the
+// release).
 //
 //	go test -run '^$' -bench ShmRoundTrip ./transport/shm/
 func BenchmarkShmRoundTrip(b *testing.B) {
@@ -104,12 +105,22 @@ func BenchmarkShmRoundTrip(b *testing.B) {
 	e, _ := newEngine(b, core.Options{DefaultTimeout: time.Minute})
 	seg := openSeg(b, e, peer.Name)
 	local := localBuf(b, e, 1<<20)
-	reqs := []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg,
-		Remote: peer.Buffers[0].Addr, Len: 8}}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for n := 0; n < b.N; n++ {
-		runBatch(b, e, reqs)
+	for _, size := range []uint64{8, 4 << 10} {
+		name := fmt.Sprintf("%dB", size)
+		if size >= 1<<10 {
+			name = fmt.Sprintf("%dKiB", size>>10)
+		}
+		b.Run(name, func(b *testing.B) {
+			reqs := []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg,
+				Remote: peer.Buffers[0].Addr, Len: size}}
+			runBatch(b, e, reqs) // connection, mapping
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			b.ResetTimer()
+			for n := 0; n < b.N; n++ {
+				runBatch(b, e, reqs)
+			}
+		})
 	}
 }
 

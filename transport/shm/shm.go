@@ -62,8 +62,8 @@ type Transport struct {
 	jobs     map[*job]struct{}
 	free     []*job
 	denied   map[uint64]struct{} // incarnations whose process_vm was refused
-	copying  int        // jobs holding a lease and copying
-	copyIdle *sync.Cond // signaled when copying drops to 0 (on mu)
+	copying  int                 // jobs holding a lease and copying
+	copyIdle *sync.Cond          // signaled when copying drops to 0 (on mu)
 
 	wg      sync.WaitGroup
 	closing atomic.Bool
