@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/memory"
+	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 )
 
@@ -21,7 +21,7 @@ func newTableEngine(t *testing.T) (*core.Engine, *core.Region) {
 	t.Cleanup(func() { e.Close() })
 	buf := make([]byte, 4096)
 	t.Cleanup(func() { runtime.KeepAlive(buf) })
-	r, err := e.Register(core.RegionDesc{Addr: memory.Addr(buf), Len: 4096}, core.PermRemoteRead|core.PermRemoteWrite)
+	r, err := e.Register(core.RegionDesc{Addr: host.Addr(buf), Len: 4096}, core.PermRemoteRead|core.PermRemoteWrite)
 	require.NoError(t, err)
 	return e, r
 }
