@@ -21,7 +21,7 @@ const DefaultLibrary = "libibverbs.so.1"
 // on a machine that has libibverbs installed.
 const LibraryEnv = "TENT_RDMA_VERBS_LIBRARY"
 
-// ErrNoDevice is returned by Devices' callers when the library lists none.
+// ErrNoDevice is what Devices returns when the library lists none.
 var ErrNoDevice = errors.New("no RDMA device")
 
 // Library is an opened libibverbs. Close releases it.
