@@ -67,7 +67,7 @@ TEST_TARGETS += test-install
 TEST_TARGETS += test-nvml
 TEST_TARGETS += test-tools
 
-.PHONY: all lib demo test deps $(TEST_TARGETS) test-stress clean gpu-check \
+.PHONY: all lib demo test deps $(TEST_TARGETS) test-stress clean gpu-build gpu-check gpu-dry-run \
         install uninstall
 
 all: lib $(BUILD)/demo_register
@@ -355,11 +355,32 @@ clean:
 include bench/bench.mk
 
 # ---- GPU check (needs a machine with an NVIDIA GPU and driver) ---------------
-# Two processes on one GPU, 1 GiB VRAM->VRAM through the cuda transport with
-# checksums, bandwidth beside a plain cuMemcpyDtoD, then uninstall with fds
-# and GPU memory back at baseline. Prints one JSON object; exit 0 = pass.
+# make gpu-build    build/gpu/: gpucheck (cmd/gpucheck) and the Go test
+#                   binaries that run against the machine's driver, all
+#                   built here: the GPU machine needs no Go toolchain
+# make gpu-check    gpu-build, then tests/gpu/run.sh: one JSON report,
+#                   build/gpu/gpu-report.json ($OUT/gpu-report.json if set);
+#                   exit 0 = every check passed
+# make gpu-dry-run  the same against the fake CUDA driver (cuda/fakecuda) and
+#                   the fake NVML (cuda/fakenvml), on this machine
+GPU_BUILD := $(BUILD)/gpu
 
-gpu-check:
-	@mkdir -p $(BUILD)
-	$(GO) build -o $(BUILD)/gpucheck ./transport/cuda/gpucheck
-	./$(BUILD)/gpucheck > $(BUILD)/gpucheck.json; rc=$$?; cat $(BUILD)/gpucheck.json; exit $$rc
+gpu-build:
+	@mkdir -p $(GPU_BUILD)
+	$(GO) build -ldflags='-s -w' -o $(GPU_BUILD)/gpucheck ./cmd/gpucheck
+	$(GO) test -c -ldflags='-s -w' -o $(GPU_BUILD)/nvmlinfo.test ./cuda/nvmlinfo
+	$(GO) test -c -ldflags='-s -w' -o $(GPU_BUILD)/cuda.test ./cuda
+
+gpu-check: gpu-build
+	bash tests/gpu/run.sh
+
+$(GPU_BUILD)/fake/libfakecuda.so: cuda/fakecuda/fakecuda.c cuda/fakecuda/fakecuda.h
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -O1 -Wall -o $@ $< -lpthread
+
+$(GPU_BUILD)/fake/libnvidia-ml.so.1: cuda/fakenvml/c/fakenvml.c
+	@mkdir -p $(dir $@)
+	$(CC) -shared -fPIC -O1 -Wall -Wl,-soname,libnvidia-ml.so.1 -o $@ $<
+
+gpu-dry-run: gpu-build $(GPU_BUILD)/fake/libfakecuda.so $(GPU_BUILD)/fake/libnvidia-ml.so.1
+	bash tests/gpu/run.sh --fake $(GPU_BUILD)/fake

@@ -8,12 +8,12 @@
 // NVML is found the way the real driver is: by name, libnvidia-ml.so.1,
 // through the dynamic loader's search path. A test builds the fake into a
 // directory (Build, or Dir) and starts a process with that directory on
-// LD_LIBRARY_PATH (Env); the process's go-nvml and tent's forwarders
+// LD_LIBRARY_PATH (Environ); the process's go-nvml and tent's forwarders
 // (cuda/nvmlinfo/forward) then reach the fake. The loader reads
 // LD_LIBRARY_PATH when a process starts, so it is always a new process.
 //
 //	dir := fakenvml.Dir(t)                        // removed when t ends
-//	cmd.Env = append(os.Environ(), fakenvml.Env(dir, "FAKENVML_GPUS=4")...)
+//	cmd.Env = fakenvml.Environ(dir, "FAKENVML_GPUS=4")
 //
 // Variants leave functions out, for code paths of older drivers:
 // WithoutFabricV (only nvmlDeviceGetGpuFabricInfo), WithoutNUMA.

@@ -63,13 +63,23 @@ func Dir(t testing.TB, defines ...string) string {
 	return d
 }
 
-// Env is the environment of a process that finds the fake in dir as its
-// NVML: LD_LIBRARY_PATH with dir first, then the FAKENVML_* settings
-// given ("FAKENVML_GPUS=4", ...).
-func Env(dir string, settings ...string) []string {
+// Environ is the environment of a process that finds the fake in dir as
+// its NVML: this process's environment without its FAKENVML_* settings,
+// LD_LIBRARY_PATH with dir first, then the settings given
+// ("FAKENVML_GPUS=4", ...).
+func Environ(dir string, settings ...string) []string {
+	var env []string
 	path := dir
-	if old := os.Getenv("LD_LIBRARY_PATH"); old != "" {
-		path += ":" + old
+	for _, kv := range os.Environ() {
+		switch {
+		case strings.HasPrefix(kv, "FAKENVML_"):
+		case strings.HasPrefix(kv, "LD_LIBRARY_PATH="):
+			if old := strings.TrimPrefix(kv, "LD_LIBRARY_PATH="); old != "" {
+				path += ":" + old
+			}
+		default:
+			env = append(env, kv)
+		}
 	}
-	return append([]string{"LD_LIBRARY_PATH=" + path}, settings...)
+	return append(append(env, "LD_LIBRARY_PATH="+path), settings...)
 }

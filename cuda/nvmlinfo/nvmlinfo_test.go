@@ -67,7 +67,7 @@ func childQuery() childReport {
 func inChild(t *testing.T, dir string, settings ...string) childReport {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(append(os.Environ(), childEnv+"=1"), fakenvml.Env(dir, settings...)...)
+	cmd.Env = append(fakenvml.Environ(dir, settings...), childEnv+"=1")
 	out, err := cmd.Output()
 	var stderr []byte
 	if ee, ok := err.(*exec.ExitError); ok {

@@ -76,10 +76,10 @@ func buildCaller(t *testing.T) string {
 
 func TestForwarders(t *testing.T) {
 	bin := buildCaller(t)
-	run := func(env ...string) string {
+	run := func(env []string) string {
 		cmd := exec.Command(bin)
 		// LD_BIND_NOW: every reference bound at load, as with RTLD_NOW.
-		cmd.Env = append(append(os.Environ(), "LD_BIND_NOW=1"), env...)
+		cmd.Env = append(env, "LD_BIND_NOW=1")
 		out, err := cmd.CombinedOutput()
 		require.NoError(t, err, "%s", out)
 		return strings.TrimSpace(string(out))
@@ -88,10 +88,10 @@ func TestForwarders(t *testing.T) {
 	// the real library is still found, so its answer is only checked here.
 	if _, err := exec.LookPath("nvidia-smi"); err != nil {
 		require.Equal(t, "init=12 count=12:0 power=12 error_string=NVML library not found (libnvidia-ml.so.1)",
-			run(), "no library: NVML_ERROR_LIBRARY_NOT_FOUND from every forwarder")
+			run(os.Environ()), "no library: NVML_ERROR_LIBRARY_NOT_FOUND from every forwarder")
 	}
 	dir := fakenvml.Dir(t)
 	require.Equal(t, "init=0 count=0:3 power=13 error_string=Function Not Found",
-		run(fakenvml.Env(dir, "FAKENVML_GPUS=3")...),
+		run(fakenvml.Environ(dir, "FAKENVML_GPUS=3")),
 		"the fake's functions answer; one it lacks is NVML_ERROR_FUNCTION_NOT_FOUND")
 }
