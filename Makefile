@@ -65,6 +65,7 @@ TEST_TARGETS += test-python
 TEST_TARGETS += test-multihost
 TEST_TARGETS += test-install
 TEST_TARGETS += test-nvml
+TEST_TARGETS += test-gpu-dry
 TEST_TARGETS += test-tools
 
 .PHONY: all lib demo test deps $(TEST_TARGETS) test-stress clean gpu-build gpu-check gpu-dry-run \
@@ -384,3 +385,6 @@ $(GPU_BUILD)/fake/libnvidia-ml.so.1: cuda/fakenvml/c/fakenvml.c
 
 gpu-dry-run: gpu-build $(GPU_BUILD)/fake/libfakecuda.so $(GPU_BUILD)/fake/libnvidia-ml.so.1
 	bash tests/gpu/run.sh --fake $(GPU_BUILD)/fake
+
+# In make test: the GPU check's script and binaries, end to end on the fakes.
+test-gpu-dry: gpu-dry-run
