@@ -227,6 +227,12 @@ func (b *Batch) setError(i int, err error) {
 // Wait blocks until every request has a final status or timeout passes
 // (negative: the batch deadline plus a grace period).
 func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
+	select {
+	case <-b.done: // finished already: no timer
+		c, _, err := b.Status(nil)
+		return c, err
+	default:
+	}
 	if timeout < 0 {
 		timeout = addGrace(time.Until(b.deadline), time.Second)
 	}

@@ -6,10 +6,10 @@
  *
  * Prints one JSON object (microseconds of wall time, and *_cpu_us: of
  * process CPU time): a plain C call (tent_version),
- * a cheap call into Go (tent_engine_name), a 64-byte local WRITE with
- * tent_transfer_sync, and a batch of <batch> 64-byte local WRITEs
- * (tent_transfer + tent_batch_wait + tent_batch_destroy), per batch and
- * per request.
+ * a cheap call into Go (tent_engine_name), a 64-byte local WRITE and READ
+ * with tent_transfer_sync, a batch of one 64-byte WRITE (tent_transfer +
+ * tent_batch_wait + tent_batch_destroy), and a batch of <batch> 64-byte
+ * local WRITEs, per batch and per request.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -78,6 +78,27 @@ int main(int argc, char **argv) {
   for (long i = 0; i < iters; i++) CHECK(tent_transfer_sync(e, &one, 1, NULL, NULL));
   stamp sync_us = since(t0, iters);
 
+  tent_request one_read = {TENT_OP_READ, 0, dst, seg, (uint64_t)(uintptr_t)src, 64};
+  for (long i = 0; i < iters / 10; i++) CHECK(tent_transfer_sync(e, &one_read, 1, NULL, NULL));
+  t0 = now();
+  for (long i = 0; i < iters; i++) CHECK(tent_transfer_sync(e, &one_read, 1, NULL, NULL));
+  stamp sync_read_us = since(t0, iters);
+
+  for (long i = 0; i < iters / 10; i++) {
+    tent_batch *b = NULL;
+    CHECK(tent_transfer(e, &one, 1, NULL, &b));
+    CHECK(tent_batch_wait(b, -1));
+    CHECK(tent_batch_destroy(b));
+  }
+  t0 = now();
+  for (long i = 0; i < iters; i++) {
+    tent_batch *b = NULL;
+    CHECK(tent_transfer(e, &one, 1, NULL, &b));
+    CHECK(tent_batch_wait(b, -1));
+    CHECK(tent_batch_destroy(b));
+  }
+  stamp one_batch_us = since(t0, iters);
+
   tent_request *reqs = calloc(batch, sizeof *reqs);
   for (size_t i = 0; i < batch; i++) {
     reqs[i] = (tent_request){TENT_OP_WRITE, 0, src + 64 * i, seg, (uint64_t)(uintptr_t)(dst + 64 * i), 64};
@@ -98,12 +119,14 @@ int main(int argc, char **argv) {
   }
   stamp batch_us = since(t0, biters);
 
-  printf("{\"version_call_us\": %.4f, \"go_call_us\": %.4f, \"sync_write_us\": %.3f, "
-         "\"batch_us\": %.3f, \"batch_per_request_us\": %.4f, "
+  printf("{\"version_call_us\": %.4f, \"go_call_us\": %.4f, \"sync_write_us\": %.3f, \"sync_read_us\": %.3f, "
+         "\"one_batch_us\": %.3f, \"batch_us\": %.3f, \"batch_per_request_us\": %.4f, "
          "\"version_call_cpu_us\": %.4f, \"go_call_cpu_us\": %.4f, \"sync_write_cpu_us\": %.3f, "
+         "\"sync_read_cpu_us\": %.3f, \"one_batch_cpu_us\": %.3f, "
          "\"batch_cpu_us\": %.3f, \"batch_per_request_cpu_us\": %.4f, \"batch\": %zu, \"sink\": %u}\n",
-         version_us.wall, go_us.wall, sync_us.wall, batch_us.wall, batch_us.wall / batch,
-         version_us.cpu, go_us.cpu, sync_us.cpu, batch_us.cpu, batch_us.cpu / batch, batch, (unsigned)sink);
+         version_us.wall, go_us.wall, sync_us.wall, sync_read_us.wall, one_batch_us.wall, batch_us.wall,
+         batch_us.wall / batch, version_us.cpu, go_us.cpu, sync_us.cpu, sync_read_us.cpu, one_batch_us.cpu,
+         batch_us.cpu, batch_us.cpu / batch, batch, (unsigned)sink);
   CHECK(tent_segment_close(e, seg));
   CHECK(tent_unregister(e, rs));
   CHECK(tent_unregister(e, rd));

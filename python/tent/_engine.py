@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import json
 import sys
 import threading
@@ -37,7 +38,7 @@ from ._errors import (
     check,
     error_for,
 )
-from ._requests import READ, WRITE, RequestResult, opcode, result_of, segment_handle
+from ._requests import READ, WRITE, RequestResult, opcode, request_dtype, result_of, segment_handle
 
 _OK = _lib.TENT_OK
 _PENDING = _lib.TENT_PENDING
@@ -438,6 +439,12 @@ class Engine(_Managed):
 
     def _local(self, local: Any, into: bool) -> Tuple[int, int, Any]:
         """(address, length, keepalive) of the local side of a transfer."""
+        if type(local) in _REGION_TYPES:  # the common case, without the checks below
+            if local._handle is None:
+                raise InvalidHandle("this region is closed")
+            if into and local.readonly:
+                raise InvalidArgument("the region is read-only memory: it cannot be the destination of a read")
+            return local.addr, local.size, local
         if isinstance(local, Region) or (isinstance(local, tuple) and len(local) == 2 and isinstance(local[0], Region)):
             region, offset = (local, 0) if isinstance(local, Region) else local
             region.handle  # raises InvalidHandle if it was closed
@@ -480,19 +487,28 @@ class Engine(_Managed):
         timeout: Optional[float],
         transport: Optional[str],
     ) -> RequestResult:
-        h = self._h()
-        if not isinstance(segment, Segment):
+        # The checks are written out for plain ints and Segments, the common
+        # case: every call of a one-request transfer pays for them.
+        h = self._handle
+        if h is None:
+            h = self._h()  # raises
+        if type(segment) is not Segment and not isinstance(segment, Segment):
             raise TypeError(f"segment must be a Segment (from open_segment), not {type(segment).__name__}")
-        addr, n, keep = self._local(local, into=op == READ)
+        addr, n, keep = self._local(local, op == READ)
         if length is None:
             length = n
         else:
-            length = _check.integer(length, "length")
+            if type(length) is not int:
+                length = _check.integer(length, "length")
             if not 0 < length <= n:
                 raise InvalidArgument(f"length {length} is not within the local memory's {n} bytes")
-        remote_addr = _check.u64(remote_addr, "remote_addr")
-        _check.span(remote_addr, length, "remote range")
-        seg = segment.handle
+        if type(remote_addr) is not int or not 0 <= remote_addr < _check.U64_END:
+            remote_addr = _check.u64(remote_addr, "remote_addr")
+        if remote_addr + length > _check.U64_END:
+            _check.span(remote_addr, length, "remote range")
+        seg = segment._handle
+        if seg is None:
+            seg = segment.handle  # raises
         if timeout is None and transport is None:
             opts = okeep = None
         else:
@@ -505,7 +521,7 @@ class Engine(_Managed):
         try:
             req, status, preq, pstatus = bufs
             req.opcode, req.local_addr, req.segment, req.remote_addr, req.length = op, addr, seg, remote_addr, length
-            st = _lib.lib().tent_transfer_sync(h, preq, 1, opts if opts is None else byref(opts), pstatus)
+            st = _sync_call(h, preq, 1, opts if opts is None else byref(opts), pstatus)
             del keep, okeep
             if st < 0:
                 check(st)
@@ -561,12 +577,19 @@ class Engine(_Managed):
         each target after all of the batch's data arrived; ``transport``
         ("local", "shm", "tcp", "cuda") is a hint.
         """
-        h = self._h()
+        h = self._handle
+        if h is None:
+            h = self._h()  # raises
         arr, n, keep = _request_array(requests)
-        opts, okeep = self._transfer_options(timeout, notify, transport)
+        if timeout is None and notify is None and transport is None:
+            opts = okeep = None
+        else:
+            opts, okeep = self._transfer_options(timeout, notify, transport)
         out = c_void_p()
-        check(_lib.lib().tent_transfer(h, arr, n, opts if opts is None else byref(opts), byref(out)))
+        st = _lib.lib().tent_transfer(h, arr, n, opts if opts is None else byref(opts), byref(out))
         del keep, okeep
+        if st < 0:
+            check(st)
         return Batch(self, out.value, n)  # type: ignore[arg-type]
 
     # -- notifications --
@@ -612,6 +635,11 @@ class Engine(_Managed):
 _sync_bufs = threading.local()
 
 
+def _sync_call(*args: Any) -> int:
+    """tent_transfer_sync(args) (a function so that the library loads on first use)."""
+    return _lib.lib().tent_transfer_sync(*args)
+
+
 def _new_sync_bufs() -> Tuple[Any, Any, Any, Any]:
     req, status = _lib.Request(), _lib.RequestStatus()
     return req, status, byref(req), byref(status)
@@ -645,6 +673,12 @@ def _checked_request(i: int, r: Any) -> _lib.Request:
     return _lib.Request(code, 0, laddr, segment_handle(seg), raddr, length)
 
 
+@functools.lru_cache(maxsize=64)
+def _request_arrays(n: int) -> Any:
+    """The ctypes array type of n requests (a new type per call would cost more than the call)."""
+    return _lib.Request * n
+
+
 def _request_array(requests: Any) -> Tuple[Any, int, Any]:
     """(ctypes array of Request, n, keepalive) for tent_transfer, without a
     Python loop for numpy and ctypes arrays."""
@@ -655,17 +689,20 @@ def _request_array(requests: Any) -> Tuple[Any, int, Any]:
         return requests, n, requests
     ndarray = _check.numpy_type("ndarray")
     if ndarray is not None and isinstance(requests, ndarray):
-        from ._requests import request_dtype
-
         dt = requests.dtype
-        if dt is not request_dtype() and dt != request_dtype():
+        want = request_dtype()
+        if dt is not want and dt != want:
             raise TypeError(f"a request array must have dtype tent.request_dtype, not {requests.dtype}")
         if requests.ndim != 1 or not requests.flags.c_contiguous:
             raise InvalidArgument("a request array must be one-dimensional and C-contiguous")
         n = requests.shape[0]
         if n == 0:
             raise InvalidArgument("no requests")
-        return (_lib.Request * n).from_address(requests.ctypes.data), n, requests
+        if requests.flags.writeable:
+            # Through the buffer protocol (cheaper than .ctypes.data, and the
+            # export pins the array's memory: it cannot be resized under C).
+            return _request_arrays(n).from_buffer(requests), n, requests
+        return _request_arrays(n).from_address(requests.ctypes.data), n, requests
     if isinstance(requests, (list, tuple)):
         n = len(requests)
         if n == 0:
@@ -874,6 +911,10 @@ class AllocatedRegion(Region):
             self._handle = None
 
 
+# Exactly these types take _local's fast path (a subclass takes the checked one).
+_REGION_TYPES = (Region, AllocatedRegion)
+
+
 class Segment(_Child):
     """A peer's segment (``Engine.open_segment``); pass it to transfers."""
 
@@ -902,7 +943,10 @@ class Batch(_Child):
     _WAIT_SLICE_MS = 200  # waits return to Python this often (Ctrl-C works)
 
     def __init__(self, engine: Engine, handle: int, n: int) -> None:
-        super().__init__(engine, handle)
+        # _Managed and _Child's fields, set here: one batch per transfer call.
+        self._lock = threading.Lock()
+        self._engine = engine
+        self._handle = handle
         self._n = n
         self._statuses: Any = None
 
@@ -914,6 +958,22 @@ class Batch(_Child):
 
     def _free(self, engine_handle: int, handle: Optional[int]) -> int:
         return _lib.lib().tent_batch_destroy(handle)
+
+    def close(self) -> None:
+        """Releases the batch (canceling what still runs); a no-op when
+        already closed."""
+        with self._lock:
+            h = self._handle
+            if h is None:
+                return
+            # _Child._release, written out for the one-request path.
+            if self._engine._handle is not None:
+                st = _lib.lib().tent_batch_destroy(h)
+                if st < 0 and not (st == _lib.TENT_ERR_INVALID_HANDLE and self._engine._handle is None):
+                    if st != _lib.TENT_ERR_FORKED:
+                        self._handle = None  # gone even though the call reports an error (tent.h)
+                    check(st)
+            self._handle = None
 
     def _poll(self) -> Tuple[int, str, int]:
         """tent_batch_status of no entries: (status, the message if it is
@@ -937,8 +997,14 @@ class Batch(_Child):
         ``status()`` for each one), or tent.Timeout if requests are still
         running after timeout seconds (None: until the batch's own
         deadline). The batch stays valid either way."""
-        h = self.handle
+        h = self._handle
+        if h is None:
+            h = self.handle  # raises
         dll = _lib.lib()
+        if timeout is None:  # the common case: one slice, and done
+            st = dll.tent_batch_wait(h, self._WAIT_SLICE_MS)
+            if st == _OK:
+                return
         ms = _check.millis(timeout, "timeout", zero_is_default=False, inf_ok=True)
         while True:
             step = self._WAIT_SLICE_MS if ms < 0 else min(ms, self._WAIT_SLICE_MS)
