@@ -23,7 +23,6 @@
 //     Each starts with
 //
 //     defer recoverStatus(&st, debug.SetPanicOnFault(true))
-//     hook("name")
 //
 //     so a panic becomes TENT_ERR_INTERNAL with the stack in the message,
 //     and a fault on a bad caller pointer becomes TENT_ERR_INVALID_ARGUMENT,
@@ -56,10 +55,14 @@
 //
 // # Tests
 //
-// cgo is not allowed in _test.go files, so ccall.go (a normal file, dead
-// code in the library) wraps the public C functions for the Go tests, which
-// therefore exercise the same path as C callers. testHook lets a test make
-// any export panic; nothing reachable from C sets it. The C tests in
-// tests/c call libtent.so itself; tests/c/test_badinput.c runs every
-// function with bad pointers and counts, one process per case.
+// cgo is not allowed in _test.go files, so the C glue the Go tests need
+// lives in capi/internal/capitest, a package only these tests import: it
+// calls the public C functions, so the tests exercise the same path as C
+// callers, and nothing of it is in libtent.so. The library has no test
+// hooks: the tests reach each export's panic recovery through a handle
+// table entry no export can use (TestPanicBecomesInternal), and check
+// statically that every export defers the recovery first
+// (TestEveryExportRecoversFirst). The C tests in tests/c call libtent.so
+// itself; tests/c/test_badinput.c runs every function with bad pointers
+// and counts, one process per case.
 package main

@@ -46,7 +46,6 @@ const (
 //export tentgo_engine_create
 func tentgo_engine_create(opts C.uintptr_t, out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("engine_create")
 	if out == 0 {
 		return fail(status.Errorf(status.InvalidArgument, "engine_out is NULL"))
 	}
@@ -188,7 +187,6 @@ func millis(ms C.uint64_t, what string) (time.Duration, error) {
 //export tentgo_engine_destroy
 func tentgo_engine_destroy(id C.uint64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("engine_destroy")
 	// Removing first makes concurrent destroys race for one winner and
 	// fails every later call on this handle with INVALID_HANDLE.
 	v, err := table.Remove(handles.Engine, uint64(id))
@@ -211,7 +209,6 @@ func tentgo_engine_destroy(id C.uint64_t) (st C.tent_status) {
 //export tentgo_engine_name
 func tentgo_engine_name(id C.uint64_t, buf C.uintptr_t, capacity C.size_t, lenOut C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("engine_name")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -229,7 +226,6 @@ func (e *engine) segmentName() string { return e.core.Name() }
 //export tentgo_uninstall
 func tentgo_uninstall(id C.uint64_t, name C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("uninstall")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -309,7 +305,6 @@ func (e *engine) stats() engineStats {
 //export tentgo_engine_stats
 func tentgo_engine_stats(id C.uint64_t, out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("engine_stats")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -345,7 +340,6 @@ func tentgo_engine_stats(id C.uint64_t, out C.uintptr_t) (st C.tent_status) {
 //export tentgo_engine_stats_json
 func tentgo_engine_stats_json(id C.uint64_t, buf C.uintptr_t, capacity C.size_t, lenOut C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("engine_stats_json")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)

@@ -8,7 +8,6 @@ import "C"
 import (
 	"fmt"
 	"runtime/debug"
-	"sync/atomic"
 	"unsafe"
 
 	"github.com/tent-dev/tent/status"
@@ -66,14 +65,3 @@ func recoverStatus(st *C.tent_status, panicOnFault bool) {
 // ok is the return of a successful export. The shim already cleared the
 // last error on entry.
 func ok() C.tent_status { return C.TENT_OK }
-
-// testHook, when set by a test, runs at the start of every export with the
-// export's name (without "tentgo_"); the tests use it to inject panics. It
-// is nil in the library, and nothing reachable from C sets it.
-var testHook atomic.Pointer[func(export string)]
-
-func hook(export string) {
-	if h := testHook.Load(); h != nil {
-		(*h)(export)
-	}
-}

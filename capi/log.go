@@ -67,7 +67,6 @@ func openProcessLog(getenv func(string) string, stderr io.Writer) processLog {
 //export tentgo_log_set_level
 func tentgo_log_set_level(level C.int) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("log_set_level")
 	if !logs.SetLevel(logsink.Level(level)) {
 		return fail(status.Errorf(status.InvalidArgument,
 			"log level %d: want TENT_LOG_DEBUG (%d) .. TENT_LOG_OFF (%d)", int(level), logsink.Debug, logsink.Off))
@@ -88,7 +87,6 @@ func tentgo_log_get_level() (level C.int) {
 //export tentgo_log_set_callback
 func tentgo_log_set_callback(fn, user C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("log_set_callback")
 	if fn == 0 {
 		logs.SetWriter(logs.defaultOut)
 		return ok()

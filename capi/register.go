@@ -31,7 +31,6 @@ func location(a uintptr, what string) (string, error) {
 func tentgo_register(id C.uint64_t, addr C.uintptr_t, length C.size_t, loc C.uintptr_t, flags C.uint32_t,
 	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("register")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -84,7 +83,6 @@ const maxBatch = C.TENT_MAX_BATCH
 func tentgo_register_batch(id C.uint64_t, descs C.uintptr_t, n C.size_t, flags C.uint32_t,
 	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("register_batch")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -161,7 +159,6 @@ func addRegionHandle(e *engine, r *core.Region) (C.uint64_t, error) {
 //export tentgo_unregister
 func tentgo_unregister(id C.uint64_t, rid C.uint64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("unregister")
 	return releaseRegion(id, rid, false, (*core.Engine).Unregister)
 }
 
@@ -210,7 +207,6 @@ func staleIfUnregistered(err error) error {
 //export tentgo_unregister_batch
 func tentgo_unregister_batch(id C.uint64_t, regions C.uintptr_t, n C.size_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("unregister_batch")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -261,7 +257,6 @@ func tentgo_unregister_batch(id C.uint64_t, regions C.uintptr_t, n C.size_t) (st
 //export tentgo_region_get_info
 func tentgo_region_get_info(id C.uint64_t, rid C.uint64_t, info C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("region_get_info")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)

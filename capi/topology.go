@@ -15,7 +15,6 @@ import (
 //export tentgo_topology_json
 func tentgo_topology_json(buf C.uintptr_t, capacity C.size_t, lenOut C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("topology_json")
 	// No GPU (no NVML, no driver) is not an error: "gpus": [] and a reason.
 	// nvmlinfo queries NVML through go-nvml, whose NVML functions are
 	// defined inside libtent.so (cuda/nvmlinfo/forward), so libtent.so

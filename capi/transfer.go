@@ -62,7 +62,6 @@ func lookupBatch(id C.uint64_t) (*batch, error) {
 func tentgo_alloc(id C.uint64_t, size C.size_t, loc C.uintptr_t, flags C.uint32_t, addrOut C.uintptr_t,
 	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("alloc")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -106,14 +105,12 @@ func tentgo_alloc(id C.uint64_t, size C.size_t, loc C.uintptr_t, flags C.uint32_
 //export tentgo_free
 func tentgo_free(id C.uint64_t, rid C.uint64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("free")
 	return releaseRegion(id, rid, true, (*core.Engine).Free)
 }
 
 //export tentgo_segment_open
 func tentgo_segment_open(id C.uint64_t, name C.uintptr_t, out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("segment_open")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -148,7 +145,6 @@ func tentgo_segment_open(id C.uint64_t, name C.uintptr_t, out C.uintptr_t) (st C
 //export tentgo_segment_close
 func tentgo_segment_close(id C.uint64_t, sid C.uint64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("segment_close")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -272,7 +268,6 @@ func submit(e *engine, requests uintptr, n C.size_t, opts uintptr) (*core.Batch,
 func tentgo_transfer(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintptr_t,
 	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("transfer")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -363,7 +358,6 @@ func copyStatuses(b *core.Batch, out uintptr, n C.size_t, completed uintptr) (co
 //export tentgo_batch_status
 func tentgo_batch_status(bid C.uint64_t, out C.uintptr_t, n C.size_t, completed C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("batch_status")
 	b, err := lookupBatch(bid)
 	if err != nil {
 		return fail(err)
@@ -378,7 +372,6 @@ func tentgo_batch_status(bid C.uint64_t, out C.uintptr_t, n C.size_t, completed 
 //export tentgo_batch_wait
 func tentgo_batch_wait(bid C.uint64_t, timeoutMs C.int64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("batch_wait")
 	b, err := lookupBatch(bid)
 	if err != nil {
 		return fail(err)
@@ -396,7 +389,6 @@ func tentgo_batch_wait(bid C.uint64_t, timeoutMs C.int64_t) (st C.tent_status) {
 //export tentgo_batch_destroy
 func tentgo_batch_destroy(bid C.uint64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("batch_destroy")
 	v, err := table.Remove(handles.Batch, uint64(bid))
 	if err != nil {
 		return fail(err)
@@ -428,7 +420,6 @@ func release(e *engine, b *core.Batch) error {
 func tentgo_transfer_sync(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintptr_t,
 	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("transfer_sync")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -462,7 +453,6 @@ func tentgo_transfer_sync(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts 
 //export tentgo_notify_send
 func tentgo_notify_send(id C.uint64_t, sid C.uint64_t, msg C.uintptr_t, n C.size_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("notify_send")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
@@ -493,7 +483,6 @@ func tentgo_notify_send(id C.uint64_t, sid C.uint64_t, msg C.uintptr_t, n C.size
 func tentgo_notify_recv(id C.uint64_t, timeoutMs C.int64_t, buf C.uintptr_t, capacity C.size_t,
 	lenOut C.uintptr_t, from C.uintptr_t, fromCap C.size_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("notify_recv")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)

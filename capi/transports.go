@@ -21,7 +21,6 @@ import (
 //export tentgo_engine_transports
 func tentgo_engine_transports(id C.uint64_t, buf C.uintptr_t, capacity C.size_t, lenOut C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	hook("engine_transports")
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)

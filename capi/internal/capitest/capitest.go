@@ -1,15 +1,11 @@
-package main
-
-// Calls into the public C functions, for the Go tests (cgo cannot be used
-// in _test.go files). They go through shim.c exactly as a C caller does,
-// taking and returning handles as integer ids. Nothing in the library calls
-// the Go side, so the linker drops it; the small C glue stays, local to
-// libtent.so (exports.map).
+package capitest
 
 /*
+#cgo CFLAGS: -I${SRCDIR}/../../../include -std=gnu11 -Wall -Wextra -Werror
 #include <stdlib.h>
 #include <string.h>
-#include "shim.h"
+
+#include "tent.h"
 
 static tent_status ccall_engine_create(const tent_engine_options *o, int null_out, uint64_t *id) {
   tent_engine *e = NULL;
@@ -129,13 +125,12 @@ import (
 	"runtime"
 	"unsafe"
 
-	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/status"
 )
 
-// result is a status and the last-error message read on the same thread
+// Result is a status and the last-error message read on the same thread
 // right after the call.
-type result struct {
+type Result struct {
 	Code status.Code
 	Msg  string
 }
@@ -143,16 +138,16 @@ type result struct {
 // call runs f on one locked OS thread and reads tent_last_error there: the
 // message is thread-local, and a goroutine may change threads between two
 // cgo calls.
-func call(f func() C.tent_status) result {
+func call(f func() C.tent_status) Result {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	st := f()
-	return result{status.Code(st), C.GoString(C.tent_last_error())}
+	return Result{status.Code(st), C.GoString(C.tent_last_error())}
 }
 
-// cOptions mirrors tent_engine_options with Go values; nil strings are
+// Options mirrors tent_engine_options with Go values; nil strings are
 // NULL. Size 0 means sizeof(tent_engine_options).
-type cOptions struct {
+type Options struct {
 	Size                               uint32
 	Reserved0, Reserved1               uint32
 	Name, ListenAddr, Metadata, Prefix *string
@@ -164,11 +159,11 @@ type cOptions struct {
 	TCPStreams                         uint32
 }
 
-func strp(s string) *string { return &s }
+func Strp(s string) *string { return &s }
 
 // build makes the C struct, in C memory with 64 spare zero bytes after it
 // (for the size tests); free releases it and its strings.
-func (o *cOptions) build() (p *C.tent_engine_options, free func()) {
+func (o *Options) build() (p *C.tent_engine_options, free func()) {
 	p = (*C.tent_engine_options)(C.calloc(1, C.sizeof_tent_engine_options+64))
 	frees := []unsafe.Pointer{unsafe.Pointer(p)}
 	free = func() {
@@ -205,23 +200,20 @@ func (o *cOptions) build() (p *C.tent_engine_options, free func()) {
 	return p, free
 }
 
-// mapOptions runs the Go mapping of o alone (no engine is created).
-func mapOptions(o *cOptions) (core.Options, error) {
-	if o == nil {
-		return engineOptions(0)
-	}
+// Build makes the C struct (see build) and returns its address, for
+// tests that hand it to the library's Go side directly.
+func (o *Options) Build() (addr uintptr, free func()) {
 	p, free := o.build()
-	defer free()
-	return engineOptions(uintptr(unsafe.Pointer(p)))
+	return uintptr(unsafe.Pointer(p)), free
 }
 
-// cEngineCreate calls tent_engine_create; o == nil passes NULL options.
-func cEngineCreate(o *cOptions) (uint64, result) {
-	return cEngineCreateOut(o, false)
+// EngineCreate calls tent_engine_create; o == nil passes NULL options.
+func EngineCreate(o *Options) (uint64, Result) {
+	return EngineCreateOut(o, false)
 }
 
-// cEngineCreateOut can pass a NULL engine_out.
-func cEngineCreateOut(o *cOptions, nullOut bool) (uint64, result) {
+// EngineCreateOut can pass a NULL engine_out.
+func EngineCreateOut(o *Options, nullOut bool) (uint64, Result) {
 	var id C.uint64_t
 	null := C.int(0)
 	if nullOut {
@@ -237,10 +229,10 @@ func cEngineCreateOut(o *cOptions, nullOut bool) (uint64, result) {
 	return uint64(id), r
 }
 
-// cEngineCreateWithTail creates (and destroys) an engine from options of
+// EngineCreateWithTail creates (and destroys) an engine from options of
 // size bytes, zero but for byte off set to b (off < 0: none), to model a
 // newer caller's larger struct.
-func cEngineCreateWithTail(size uint32, off int, b byte) result {
+func EngineCreateWithTail(size uint32, off int, b byte) Result {
 	p := (*C.tent_engine_options)(C.calloc(1, C.size_t(size)+C.sizeof_tent_engine_options))
 	defer C.free(unsafe.Pointer(p))
 	p.size = C.uint32_t(size)
@@ -255,19 +247,19 @@ func cEngineCreateWithTail(size uint32, off int, b byte) result {
 	return r
 }
 
-func cEngineDestroy(e uint64) result {
+func EngineDestroy(e uint64) Result {
 	return call(func() C.tent_status { return C.ccall_engine_destroy(C.uint64_t(e)) })
 }
 
-// cMalloc returns n bytes of C memory.
-func cMalloc(n int) (uintptr, func()) {
+// Malloc returns n bytes of C memory.
+func Malloc(n int) (uintptr, func()) {
 	p := C.malloc(C.size_t(n))
 	return uintptr(p), func() { C.free(p) }
 }
 
-// cRegister calls tent_register; loc nil is NULL; out false passes a NULL
+// Register calls tent_register; loc nil is NULL; out false passes a NULL
 // region_out.
-func cRegister(e uint64, addr uintptr, n uint64, loc *string, flags uint32, out bool) (uint64, result) {
+func Register(e uint64, addr uintptr, n uint64, loc *string, flags uint32, out bool) (uint64, Result) {
 	var cl *C.char
 	if loc != nil {
 		cl = C.CString(*loc)
@@ -284,16 +276,16 @@ func cRegister(e uint64, addr uintptr, n uint64, loc *string, flags uint32, out 
 	return uint64(id), r
 }
 
-// cRegisterRawLoc passes loc as the location pointer, unchecked.
-func cRegisterRawLoc(e uint64, addr uintptr, n uint64, loc uintptr) result {
+// RegisterRawLoc passes loc as the location pointer, unchecked.
+func RegisterRawLoc(e uint64, addr uintptr, n uint64, loc uintptr) Result {
 	var id C.uint64_t
 	return call(func() C.tent_status {
 		return C.ccall_register_rawloc(C.uint64_t(e), C.uintptr_t(addr), C.size_t(n), C.uintptr_t(loc), &id)
 	})
 }
 
-// cRegisterBatchRaw passes descs as the descriptor array pointer, unchecked.
-func cRegisterBatchRaw(e uint64, descs uintptr, n uint64, nullOut bool) result {
+// RegisterBatchRaw passes descs as the descriptor array pointer, unchecked.
+func RegisterBatchRaw(e uint64, descs uintptr, n uint64, nullOut bool) Result {
 	null := C.int(0)
 	if nullOut {
 		null = 1
@@ -303,14 +295,14 @@ func cRegisterBatchRaw(e uint64, descs uintptr, n uint64, nullOut bool) result {
 	})
 }
 
-// cUnregisterBatchRaw passes regions as the handle array pointer, unchecked.
-func cUnregisterBatchRaw(e uint64, regions uintptr, n uint64) result {
+// UnregisterBatchRaw passes regions as the handle array pointer, unchecked.
+func UnregisterBatchRaw(e uint64, regions uintptr, n uint64) Result {
 	return call(func() C.tent_status {
 		return C.ccall_unregister_batch_raw(C.uint64_t(e), C.uintptr_t(regions), C.size_t(n))
 	})
 }
 
-func cRegisterBatch(e uint64, addrs []uintptr, lens []uint64, flags uint32) ([]uint64, result) {
+func RegisterBatch(e uint64, addrs []uintptr, lens []uint64, flags uint32) ([]uint64, Result) {
 	n := len(addrs)
 	ca := (*C.uintptr_t)(C.calloc(C.size_t(n+1), 8))
 	cl := (*C.size_t)(C.calloc(C.size_t(n+1), 8))
@@ -332,11 +324,11 @@ func cRegisterBatch(e uint64, addrs []uintptr, lens []uint64, flags uint32) ([]u
 	return ids, r
 }
 
-func cUnregister(e, reg uint64) result {
+func Unregister(e, reg uint64) Result {
 	return call(func() C.tent_status { return C.ccall_unregister(C.uint64_t(e), C.uint64_t(reg)) })
 }
 
-func cUnregisterBatch(e uint64, ids []uint64) result {
+func UnregisterBatch(e uint64, ids []uint64) Result {
 	ci := (*C.uint64_t)(C.calloc(C.size_t(len(ids)+1), 8))
 	defer C.free(unsafe.Pointer(ci))
 	s := unsafe.Slice(ci, len(ids)+1)
@@ -346,17 +338,17 @@ func cUnregisterBatch(e uint64, ids []uint64) result {
 	return call(func() C.tent_status { return C.ccall_unregister_batch(C.uint64_t(e), ci, C.size_t(len(ids))) })
 }
 
-// regionInfo is tent_region_info in Go.
-type regionInfo struct {
+// RegionInfo is tent_region_info in Go.
+type RegionInfo struct {
 	Size      uint32
 	Flags     uint32
 	Addr, Len uint64
 	Location  string
 }
 
-// cRegionInfo calls tent_region_get_info with info.size = size (0 means
+// RegionGetInfo calls tent_region_get_info with info.size = size (0 means
 // sizeof).
-func cRegionInfo(e, reg uint64, size uint32) (regionInfo, result) {
+func RegionGetInfo(e, reg uint64, size uint32) (RegionInfo, Result) {
 	var info C.tent_region_info
 	info.size = C.sizeof_tent_region_info
 	if size != 0 {
@@ -364,7 +356,7 @@ func cRegionInfo(e, reg uint64, size uint32) (regionInfo, result) {
 	}
 	info.flags = 0xdead
 	r := call(func() C.tent_status { return C.ccall_region_info(C.uint64_t(e), C.uint64_t(reg), &info) })
-	return regionInfo{
+	return RegionInfo{
 		Size:     uint32(info.size),
 		Flags:    uint32(info.flags),
 		Addr:     uint64(info.addr),
@@ -373,8 +365,14 @@ func cRegionInfo(e, reg uint64, size uint32) (regionInfo, result) {
 	}, r
 }
 
-// cStats calls tent_engine_stats with out.size = size (0 means sizeof).
-func cStats(e uint64, size uint32) (engineStats, result) {
+// Stats is tent_stats in Go.
+type Stats struct {
+	Regions, RegisteredBytes, Reservations, Handles, Segments, Batches uint64
+	RequestsInFlight, Allocations, ProcessHandles                      uint64
+}
+
+// EngineStats calls tent_engine_stats with out.size = size (0 means sizeof).
+func EngineStats(e uint64, size uint32) (Stats, Result) {
 	var s C.tent_stats
 	s.size = C.sizeof_tent_stats
 	if size != 0 {
@@ -382,7 +380,7 @@ func cStats(e uint64, size uint32) (engineStats, result) {
 	}
 	s.regions = 777
 	r := call(func() C.tent_status { return C.ccall_stats(C.uint64_t(e), &s) })
-	return engineStats{
+	return Stats{
 		Regions:          uint64(s.regions),
 		RegisteredBytes:  uint64(s.registered_bytes),
 		Reservations:     uint64(s.reservations),
@@ -395,10 +393,10 @@ func cStats(e uint64, size uint32) (engineStats, result) {
 	}, r
 }
 
-// cString calls a function with tent_engine_name's buffer rules with a
+// callString calls a function with tent_engine_name's buffer rules with a
 // buffer of capacity bytes; capacity < 0 passes a NULL buffer with cap
 // -capacity. n is *len_out (12345 if untouched).
-func cString(fn func(buf *C.char, capacity C.size_t, n *C.size_t) C.tent_status, capacity int) (string, uint64, result) {
+func callString(fn func(buf *C.char, capacity C.size_t, n *C.size_t) C.tent_status, capacity int) (string, uint64, Result) {
 	var buf *C.char
 	c := capacity
 	if capacity > 0 {
@@ -415,31 +413,31 @@ func cString(fn func(buf *C.char, capacity C.size_t, n *C.size_t) C.tent_status,
 	return C.GoString(buf), uint64(n), r
 }
 
-func cStatsJSON(e uint64, capacity int) (string, uint64, result) {
-	return cString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
+func StatsJSON(e uint64, capacity int) (string, uint64, Result) {
+	return callString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
 		return C.ccall_stats_json(C.uint64_t(e), b, c, n)
 	}, capacity)
 }
 
-func cEngineName(e uint64, capacity int) (string, uint64, result) {
-	return cString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
+func EngineName(e uint64, capacity int) (string, uint64, Result) {
+	return callString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
 		return C.ccall_engine_name(C.uint64_t(e), b, c, n)
 	}, capacity)
 }
 
-func cEngineTransports(e uint64, capacity int) (string, uint64, result) {
-	return cString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
+func EngineTransports(e uint64, capacity int) (string, uint64, Result) {
+	return callString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
 		return C.ccall_engine_transports(C.uint64_t(e), b, c, n)
 	}, capacity)
 }
 
-func cTopologyJSON(capacity int) (string, uint64, result) {
-	return cString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
+func TopologyJSON(capacity int) (string, uint64, Result) {
+	return callString(func(b *C.char, c C.size_t, n *C.size_t) C.tent_status {
 		return C.tent_topology_json(b, c, n)
 	}, capacity)
 }
 
-func cUninstall(e uint64, name *string) result {
+func Uninstall(e uint64, name *string) Result {
 	var cn *C.char
 	if name != nil {
 		cn = C.CString(*name)
@@ -448,47 +446,40 @@ func cUninstall(e uint64, name *string) result {
 	return call(func() C.tent_status { return C.ccall_uninstall(C.uint64_t(e), cn) })
 }
 
-func cEngineCreateRaw(opts, out uintptr) result {
+func EngineCreateRaw(opts, out uintptr) Result {
 	return call(func() C.tent_status { return C.ccall_engine_create_raw(C.uintptr_t(opts), C.uintptr_t(out)) })
 }
 
-func cRegisterRaw(e uint64, addr uintptr, n uint64, loc, out uintptr) result {
+func RegisterRaw(e uint64, addr uintptr, n uint64, loc, out uintptr) Result {
 	return call(func() C.tent_status {
 		return C.ccall_register_raw(C.uint64_t(e), C.uintptr_t(addr), C.size_t(n), C.uintptr_t(loc), C.uintptr_t(out))
 	})
 }
 
-// cRegisterBatchOut registers one 64-byte entry at addr, n claimed.
-func cRegisterBatchOut(e uint64, addr uintptr, n uint64, out uintptr) result {
+// RegisterBatchOut registers one 64-byte entry at addr, n claimed.
+func RegisterBatchOut(e uint64, addr uintptr, n uint64, out uintptr) Result {
 	return call(func() C.tent_status {
 		return C.ccall_register_batch_out(C.uint64_t(e), C.uintptr_t(addr), C.size_t(n), C.uintptr_t(out))
 	})
 }
 
-func cAllocRaw(e uint64, size uint64, addrOut, regionOut uintptr) result {
+func AllocRaw(e uint64, size uint64, addrOut, regionOut uintptr) Result {
 	return call(func() C.tent_status {
 		return C.ccall_alloc_raw(C.uint64_t(e), C.size_t(size), C.uintptr_t(addrOut), C.uintptr_t(regionOut))
 	})
 }
 
-func cStatusStr(c status.Code) string { return C.GoString(C.tent_status_str(C.tent_status(c))) }
+func StatusStr(c status.Code) string { return C.GoString(C.tent_status_str(C.tent_status(c))) }
 
-func cTransportName(t uint32) string { return C.GoString(C.tent_transport_name(C.uint32_t(t))) }
+func TransportName(t uint32) string { return C.GoString(C.tent_transport_name(C.uint32_t(t))) }
 
-func cVersion() (uint32, uint32, string) {
+func Version() (uint32, uint32, string) {
 	return uint32(C.tent_version()), uint32(C.tent_abi_version()), C.GoString(C.tent_version_string())
 }
 
-// cSetErrorAndRead sets the last error through the Go path and reads it
-// back on the same thread.
-func cSetErrorAndRead(msg string) string {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	setLastError(msg)
-	return C.GoString(C.tent_last_error())
-}
+// SizeofOptions is sizeof(tent_engine_options).
+const SizeofOptions = C.sizeof_tent_engine_options
 
-const sizeofOptions = C.sizeof_tent_engine_options
-
-// C_uint64 converts an id for the Go functions that take C.uint64_t.
-func C_uint64(id uint64) C.uint64_t { return C.uint64_t(id) }
+// LastError is tent_last_error() of the calling thread; lock the
+// goroutine to its thread around the call that set it.
+func LastError() string { return C.GoString(C.tent_last_error()) }
