@@ -160,6 +160,48 @@ func probeWritable(a uintptr, n uint64, what string) error {
 	return nil
 }
 
+// Out-parameters follow one rule in every export (tent.h, Conventions):
+//
+//   - a required one that is NULL is INVALID_ARGUMENT "<name> is NULL"
+//     (requireOut; errNull for in-out structs, whose size field is read
+//     first);
+//   - one documented "may be NULL" is skipped when NULL (optionalOut);
+//   - a buffer or array passed with its size may be NULL only when the
+//     size is 0: "<name> is NULL but <size> is N" (sizedOut);
+//
+// and every one is probed for writability before the export creates
+// anything, so an unwritable one is INVALID_ARGUMENT naming it too.
+
+// errNull is the error of a NULL argument that must not be NULL.
+func errNull(what string) error {
+	return status.Errorf(status.InvalidArgument, "%s is NULL", what)
+}
+
+// requireOut checks a required out-parameter of n bytes at a.
+func requireOut(a uintptr, n uint64, what string) error {
+	if a == 0 {
+		return errNull(what)
+	}
+	return probeWritable(a, n, what)
+}
+
+// optionalOut checks an out-parameter of n bytes at a that may be NULL.
+func optionalOut(a uintptr, n uint64, what string) error {
+	if a == 0 {
+		return nil
+	}
+	return probeWritable(a, n, what)
+}
+
+// sizedOut checks an output buffer or array at a whose caller-given size is
+// size (named sizeName), of which the export may write the first n bytes.
+func sizedOut(a uintptr, size uint64, sizeName string, n uint64, what string) error {
+	if a == 0 && size != 0 {
+		return status.Errorf(status.InvalidArgument, "%s is NULL but %s is %d", what, sizeName, size)
+	}
+	return probeWritable(a, n, what)
+}
+
 // maxStringLen bounds an input string that has no tighter documented bound
 // (TENT_MAX_STRING_LEN in tent.h); a longer one is refused, not read on.
 const maxStringLen = 4096

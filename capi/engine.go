@@ -46,10 +46,7 @@ const (
 //export tentgo_engine_create
 func tentgo_engine_create(opts C.uintptr_t, out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	if out == 0 {
-		return fail(status.Errorf(status.InvalidArgument, "engine_out is NULL"))
-	}
-	if err := probeWritable(uintptr(out), 8, "engine_out"); err != nil {
+	if err := requireOut(uintptr(out), 8, "engine_out"); err != nil {
 		return fail(err)
 	}
 	o, err := engineOptions(uintptr(opts))
@@ -310,7 +307,7 @@ func tentgo_engine_stats(id C.uint64_t, out C.uintptr_t) (st C.tent_status) {
 		return fail(err)
 	}
 	if out == 0 {
-		return fail(status.Errorf(status.InvalidArgument, "out is NULL"))
+		return fail(errNull("out"))
 	}
 	size, err := readValue[C.uint32_t](uintptr(out), "out")
 	if err != nil {

@@ -35,10 +35,7 @@ func tentgo_register(id C.uint64_t, addr C.uintptr_t, length C.size_t, loc C.uin
 	if err != nil {
 		return fail(err)
 	}
-	if out == 0 {
-		return fail(status.Errorf(status.InvalidArgument, "region_out is NULL"))
-	}
-	if err := probeWritable(uintptr(out), 8, "region_out"); err != nil {
+	if err := requireOut(uintptr(out), 8, "region_out"); err != nil {
 		return fail(err)
 	}
 	if err := checkRegionAddr(uintptr(addr)); err != nil {
@@ -93,9 +90,9 @@ func tentgo_register_batch(id C.uint64_t, descs C.uintptr_t, n C.size_t, flags C
 	case n > maxBatch:
 		return fail(status.Errorf(status.InvalidArgument, "n is %d: a batch registers at most TENT_MAX_BATCH = %d regions", uint64(n), maxBatch))
 	case descs == 0:
-		return fail(status.Errorf(status.InvalidArgument, "descs is NULL"))
+		return fail(errNull("descs"))
 	case out == 0:
-		return fail(status.Errorf(status.InvalidArgument, "regions_out is NULL"))
+		return fail(errNull("regions_out"))
 	}
 	ds := make([]core.RegionDesc, 0, min(uint64(n), 4096)) // n is the caller's claim
 	err = readArray(uintptr(descs), uint64(n), maxBatch, "descs", func(i int, d *cRegionDesc) error {
@@ -112,7 +109,7 @@ func tentgo_register_batch(id C.uint64_t, descs C.uintptr_t, n C.size_t, flags C
 	if err != nil {
 		return fail(err)
 	}
-	if err := probeWritable(uintptr(out), uint64(n)*8, "regions_out"); err != nil {
+	if err := requireOut(uintptr(out), uint64(n)*8, "regions_out"); err != nil {
 		return fail(err)
 	}
 	rs, err := e.core.RegisterBatch(ds, core.Perm(flags))
@@ -141,11 +138,13 @@ func tentgo_register_batch(id C.uint64_t, descs C.uintptr_t, n C.size_t, flags C
 	return ok()
 }
 
-// checkRegionAddr refuses memory in the NULL page: nothing is ever mapped
-// there, so such an address is a bug of the caller (NULL itself is the
-// core's "null address" error).
+// checkRegionAddr refuses NULL and memory in the NULL page: nothing is ever
+// mapped there, so such an address is a bug of the caller.
 func checkRegionAddr(a uintptr) error {
-	if a != 0 && a < minAddr {
+	if a == 0 {
+		return errNull("addr")
+	}
+	if a < minAddr {
 		return status.Errorf(status.InvalidArgument, "addr %#x is inside the NULL page: not memory that can be registered", a)
 	}
 	return nil
@@ -266,7 +265,7 @@ func tentgo_region_get_info(id C.uint64_t, rid C.uint64_t, info C.uintptr_t) (st
 		return fail(err)
 	}
 	if info == 0 {
-		return fail(status.Errorf(status.InvalidArgument, "info is NULL"))
+		return fail(errNull("info"))
 	}
 	size, err := readValue[C.uint32_t](uintptr(info), "info")
 	if err != nil {

@@ -66,13 +66,10 @@ func tentgo_alloc(id C.uint64_t, size C.size_t, loc C.uintptr_t, flags C.uint32_
 	if err != nil {
 		return fail(err)
 	}
-	if addrOut == 0 || out == 0 {
-		return fail(status.Errorf(status.InvalidArgument, "addr_out and region_out must not be NULL"))
-	}
-	if err := probeWritable(uintptr(addrOut), 8, "addr_out"); err != nil {
+	if err := requireOut(uintptr(addrOut), 8, "addr_out"); err != nil {
 		return fail(err)
 	}
-	if err := probeWritable(uintptr(out), 8, "region_out"); err != nil {
+	if err := requireOut(uintptr(out), 8, "region_out"); err != nil {
 		return fail(err)
 	}
 	l, set, err := readString(uintptr(loc), maxStringLen, "location")
@@ -115,10 +112,10 @@ func tentgo_segment_open(id C.uint64_t, name C.uintptr_t, out C.uintptr_t) (st C
 	if err != nil {
 		return fail(err)
 	}
-	if name == 0 || out == 0 {
-		return fail(status.Errorf(status.InvalidArgument, "name and segment_out must not be NULL"))
+	if name == 0 {
+		return fail(errNull("name"))
 	}
-	if err := probeWritable(uintptr(out), 8, "segment_out"); err != nil {
+	if err := requireOut(uintptr(out), 8, "segment_out"); err != nil {
 		return fail(err)
 	}
 	n, _, err := readString(uintptr(name), wire.MaxNameLen, "name")
@@ -272,10 +269,7 @@ func tentgo_transfer(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uin
 	if err != nil {
 		return fail(err)
 	}
-	if out == 0 {
-		return fail(status.Errorf(status.InvalidArgument, "batch_out is NULL"))
-	}
-	if err := probeWritable(uintptr(out), 8, "batch_out"); err != nil {
+	if err := requireOut(uintptr(out), 8, "batch_out"); err != nil {
 		return fail(err)
 	}
 	b, err := submit(e, uintptr(requests), n, uintptr(opts))
@@ -317,17 +311,12 @@ func outcome(code status.Code, err error) C.tent_status {
 // outcome (code and the first request error), or callErr when the call
 // itself failed.
 func copyStatuses(b *core.Batch, out uintptr, n C.size_t, completed uintptr) (code status.Code, berr, callErr error) {
-	if out == 0 && n > 0 {
-		return 0, nil, status.Errorf(status.InvalidArgument, "out is NULL but n is %d", uint64(n))
-	}
 	k := min(uint64(n), uint64(b.Len()))
-	if err := probeWritable(out, k*C.sizeof_tent_request_status, "out"); err != nil {
+	if err := sizedOut(out, uint64(n), "n", k*C.sizeof_tent_request_status, "out"); err != nil {
 		return 0, nil, err
 	}
-	if completed != 0 {
-		if err := probeWritable(completed, 8, "completed_out"); err != nil {
-			return 0, nil, err
-		}
+	if err := optionalOut(completed, 8, "completed_out"); err != nil {
+		return 0, nil, err
 	}
 	tmp := make([]core.RequestStatus, k)
 	code, done, berr := b.Status(tmp)
@@ -425,8 +414,8 @@ func tentgo_transfer_sync(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts 
 		return fail(err)
 	}
 	// Nothing moves unless the statuses can be written afterwards.
-	if out != 0 && n <= maxBatch {
-		if err := probeWritable(uintptr(out), uint64(n)*C.sizeof_tent_request_status, "statuses_out"); err != nil {
+	if n <= maxBatch {
+		if err := optionalOut(uintptr(out), uint64(n)*C.sizeof_tent_request_status, "statuses_out"); err != nil {
 			return fail(err)
 		}
 	}
@@ -487,24 +476,16 @@ func tentgo_notify_recv(id C.uint64_t, timeoutMs C.int64_t, buf C.uintptr_t, cap
 	if err != nil {
 		return fail(err)
 	}
-	switch {
-	case lenOut == 0:
-		return fail(status.Errorf(status.InvalidArgument, "len_out is NULL"))
-	case buf == 0 && capacity != 0:
-		return fail(status.Errorf(status.InvalidArgument, "buf is NULL but cap is %d", uint64(capacity)))
-	case from == 0 && fromCap != 0:
-		return fail(status.Errorf(status.InvalidArgument, "from is NULL but from_cap is %d", uint64(fromCap)))
-	}
 	// A received message is dequeued: check first that every byte it can
 	// need is writable (no message is longer than MaxNotifyLen, no name
 	// than TENT_MAX_NAME_LEN), so a bad buffer does not lose it.
-	if err := probeWritable(uintptr(lenOut), 8, "len_out"); err != nil {
+	if err := requireOut(uintptr(lenOut), 8, "len_out"); err != nil {
 		return fail(err)
 	}
-	if err := probeWritable(uintptr(buf), min(uint64(capacity), core.MaxNotifyLen), "buf"); err != nil {
+	if err := sizedOut(uintptr(buf), uint64(capacity), "cap", min(uint64(capacity), core.MaxNotifyLen), "buf"); err != nil {
 		return fail(err)
 	}
-	if err := probeWritable(uintptr(from), min(uint64(fromCap), wire.MaxNameLen+1), "from"); err != nil {
+	if err := sizedOut(uintptr(from), uint64(fromCap), "from_cap", min(uint64(fromCap), wire.MaxNameLen+1), "from"); err != nil {
 		return fail(err)
 	}
 	timeout := e.core.Options().DefaultTimeout

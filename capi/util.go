@@ -124,19 +124,16 @@ func checkStructSize(a uintptr, size uint32, known uintptr, what string, mustZer
 // Both destinations are probed before either is written, so a bad pointer
 // leaves both untouched.
 func copyOut(buf uintptr, capacity C.size_t, lenOut uintptr, s string) error {
-	if buf == 0 && capacity != 0 {
-		return status.Errorf(status.InvalidArgument, "buf is NULL but cap is %d", uint64(capacity))
-	}
-	if lenOut != 0 {
-		if err := probeWritable(lenOut, 8, "len_out"); err != nil {
-			return err
-		}
+	if err := optionalOut(lenOut, 8, "len_out"); err != nil {
+		return err
 	}
 	fits := uint64(len(s)) < uint64(capacity)
+	written := uint64(0)
 	if fits {
-		if err := probeWritable(buf, uint64(len(s))+1, "buf"); err != nil {
-			return err
-		}
+		written = uint64(len(s)) + 1
+	}
+	if err := sizedOut(buf, uint64(capacity), "cap", written, "buf"); err != nil {
+		return err
 	}
 	if lenOut != 0 {
 		if err := writeValue(lenOut, C.size_t(len(s)), "len_out"); err != nil {

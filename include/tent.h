@@ -20,6 +20,12 @@
  *   call creates anything; if a write still fails (the caller unmapped it
  *   meanwhile), what the call created (handle, registration, allocation,
  *   segment, batch) is released again before it returns.
+ * - Out-parameters: one that is NULL is TENT_ERR_INVALID_ARGUMENT, and
+ *   tent_last_error() says "<name> is NULL", unless its documentation says
+ *   it may be NULL (then nothing is written there). An output buffer or
+ *   array passed with its size (buf and cap, out and n) may be NULL only
+ *   when the size is 0. The same holds for input pointers that must not be
+ *   NULL.
  * - tent_last_error() explains the most recent failure on the calling
  *   thread. The return code is the truth; the message explains it.
  * - Options structs start with a `size` field (set it to sizeof the struct,

@@ -9,7 +9,8 @@
  *
  * A case passes when the call returns a known status code (an error with a
  * message in tent_last_error(), or TENT_OK where the case allows it and
- * then releases what it got), the engine's counters (regions, handles,
+ * then releases what it got; a NULL that is not allowed is
+ * TENT_ERR_INVALID_ARGUMENT saying "<arg> is NULL"), the engine's counters (regions, handles,
  * segments, batches, allocations, requests, process handles) are back at
  * their baseline, and the engine still destroys cleanly.
  *
@@ -695,6 +696,21 @@ static int counts(struct counts *c) {
   return 0;
 }
 
+/* The one rule for NULL (tent.h, Conventions): an argument that must not
+ * be NULL fails with a message that names it, "<arg> is NULL". Applies to
+ * the entries whose arg is a plain parameter name. */
+static int plain_arg(const char *arg) {
+  for (const char *c = arg; *c; c++) {
+    if (!((*c >= 'a' && *c <= 'z') || *c == '_')) return 0;
+  }
+  return 1;
+}
+static int names_null(const char *msg, const char *arg) {
+  char want[128];
+  snprintf(want, sizeof want, "%s is NULL", arg);
+  return strstr(msg, want) != NULL;
+}
+
 static int known_status(tent_status st) {
   return st == TENT_OK || st == TENT_PENDING || strcmp(tent_status_str(st), "unknown status") != 0;
 }
@@ -727,6 +743,11 @@ static int run_case(int c) {
   } else if (st != TENT_OK && t->want != 0 && st != t->want) {
     fprintf(stderr, "    returned %d (%s), want %d (%s): %s\n", st, tent_status_str(st), t->want,
             tent_status_str(t->want), msg);
+    failed = 1;
+  } else if (st != TENT_OK && kind == K_NULL && plain_arg(t->arg) &&
+             (st != TENT_ERR_INVALID_ARGUMENT || !names_null(msg, t->arg))) {
+    fprintf(stderr, "    NULL %s: returned %s \"%s\", want TENT_ERR_INVALID_ARGUMENT \"%s is NULL...\"\n", t->arg,
+            tent_status_str(st), msg, t->arg);
     failed = 1;
   }
   if (counts(&after) != 0) {
