@@ -200,8 +200,10 @@ test-c: $(C_TESTS) $(BUILD)/demo_register
 
 # The bad-input matrix: every function of tent.h with NULL, near-NULL,
 # PROT_NONE, read-only and page-straddling pointers and absurd sizes, one
-# process per case (tests/c/test_badinput.c).
+# process per case (tests/c/test_badinput.c); check_badinput_args.py fails
+# if a pointer parameter of tent.h has no entry in it.
 test-badinput: $(BUILD)/tests/test_badinput
+	$(PYTHON) tests/c/check_badinput_args.py $(HEADER) tests/c/test_badinput.c
 	./$(BUILD)/tests/test_badinput
 
 # ---- NVML in libtent.so (go-nvml through cuda/nvmlinfo/forward) ----------
