@@ -49,9 +49,12 @@
 //
 // Write tentgo_<name> in a Go file of this package (its cgo preamble is
 // just #include "shim.h"), following tentgo_register; add the wrapper to
-// shim.c following tent_register; add the name to tests/c/symbols.h. New
-// handle kinds get a parent (their engine) so tent_engine_destroy frees
-// them.
+// shim.c following tent_register; add the name to exports.map and
+// tests/c/symbols.h, and a case for each pointer parameter to
+// tests/c/test_badinput.c (the suite fails without them). Check
+// out-parameters with requireOut, optionalOut or sizedOut (cmem.go), so
+// NULL is refused as everywhere else. New handle kinds get a parent
+// (their engine) so tent_engine_destroy frees them.
 //
 // # Tests
 //
