@@ -66,7 +66,8 @@ build_and_run() {
   out=$("$bld/consumer") || fail "the consumer built against $1 failed: $out"
   echo "$out"
   [[ $out == "consumer ok: libtent $version moved 65536 bytes" ]] || fail "unexpected consumer output: $out"
-  ldd "$bld/consumer" | grep -q "=> $1/lib/libtent.so" || fail "the consumer did not load $1/lib/libtent.so: $(ldd "$bld/consumer")"
+  local deps; deps=$(ldd "$bld/consumer")
+  grep -q "=> $1/lib/libtent.so" <<<"$deps" || fail "the consumer did not load $1/lib/libtent.so: $(ldd "$bld/consumer")"
 }
 
 step "a CMake project in $work: find_package(tent 0.1 REQUIRED), tent::tent"

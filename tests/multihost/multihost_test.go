@@ -19,6 +19,8 @@ import (
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/internal/peertest/gpuaccess"
 	"github.com/tent-dev/tent/internal/testenv"
+	tmem "github.com/tent-dev/tent/memory"
+	cumem "github.com/tent-dev/tent/memory/cuda"
 	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/cuda"
@@ -33,6 +35,14 @@ func available() []core.TransportSpec {
 
 func TestMain(m *testing.M) {
 	peertest.Accessors["cuda"] = gpuaccess.Accessor{}
+	// Peers have GPU memory when their process has a (fake) driver, as
+	// the C library's engines do.
+	peertest.Memory = func() []tmem.Kind {
+		if gpu, err := cumem.Open(); err == nil {
+			return []tmem.Kind{gpu}
+		}
+		return nil
+	}
 	peertest.Commands["xfer"] = xferCmd
 	peertest.Commands["stat"] = statCmd
 	peertest.Commands["open"] = openCmd

@@ -26,7 +26,7 @@ echo "nvml* symbols of $lib: $undefined undefined, $exported exported"
 ${CXX:-g++} -std=c++17 -Wall -Wextra -Werror -Iinclude -o "$work/topology" tests/nvml/topology.cc \
   -L"$(dirname "$lib")" -ltent -Wl,-rpath,"$(cd "$(dirname "$lib")" && pwd)"
 
-if [ -e /dev/nvidiactl ] || ldconfig -p 2>/dev/null | grep -q 'libnvidia-ml\.so\.1 '; then
+if [ -e /dev/nvidiactl ] || grep -q 'libnvidia-ml\.so\.1 ' <<<"$(ldconfig -p 2>/dev/null)"; then
   for bind in "" 1; do
     LD_BIND_NOW=$bind "$py" -c 'import ctypes, json, sys; sys.path.insert(0, "tests/nvml"); import check_topology as c
 t = c.from_lib(sys.argv[1]); assert isinstance(t["gpus"], list) and all(g["uuid"].startswith("GPU-") for g in t["gpus"]), t

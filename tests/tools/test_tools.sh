@@ -111,7 +111,7 @@ fi
 step "deps.sh versions: one line each for go, gcc, python3, etcd, cmake"
 out=$(bash tools/deps.sh versions)
 [ "$(echo "$out" | wc -l)" = 5 ] || fail "deps.sh versions printed: $out"
-echo "$out" | grep -q '^go version go' || fail "no go version in: $out"
+grep -q '^go version go' <<<"$out" || fail "no go version in: $out"
 
 # ---- tools/skips.sh -------------------------------------------------------
 
@@ -123,12 +123,12 @@ out=$(TENT_SKIP_LOG=$log bash tools/skips.sh record test-a "no etcd (etcd-server
 
 step "skips.sh summary: lists skips; fails on a failed suite, and on a skip with CI=true"
 out=$(CI= bash tools/skips.sh summary "$log" test-a test-b --) || fail "summary failed with a skip and no CI: $out"
-echo "$out" | grep -qx "SKIPPED: test-a: no etcd (etcd-server)" || fail "summary did not list the skip: $out"
-echo "$out" | grep -q "^passed:  test-a test-b$" || fail "summary passed line: $out"
+grep -qx "SKIPPED: test-a: no etcd (etcd-server)" <<<"$out" || fail "summary did not list the skip: $out"
+grep -q "^passed:  test-a test-b$" <<<"$out" || fail "summary passed line: $out"
 if CI=true bash tools/skips.sh summary "$log" test-a test-b -- >/dev/null 2>&1; then fail "CI=true passed with a skip"; fi
 if out=$(CI= bash tools/skips.sh summary "$work/none.txt" test-a test-b -- test-b); then fail "summary passed with a failed suite"; fi
-echo "$out" | grep -q "^FAILED:  test-b$" || fail "summary FAILED line: $out"
-echo "$out" | grep -q "^passed:  test-a$" || fail "summary passed line with a failure: $out"
+grep -q "^FAILED:  test-b$" <<<"$out" || fail "summary FAILED line: $out"
+grep -q "^passed:  test-a$" <<<"$out" || fail "summary passed line with a failure: $out"
 CI=true bash tools/skips.sh summary "$work/none.txt" test-a -- >/dev/null || fail "CI=true failed with no skip"
 
 step "tests/python/skiplog.py: pytest skips reach TENT_SKIP_LOG"
