@@ -45,7 +45,7 @@ func (e *Engine) descriptor() ([]byte, *wire.SegmentDesc, error) {
 		PID:         uint32(os.Getpid()),
 		Incarnation: e.incarnation,
 		Generation:  gen,
-		Endpoints:   []wire.Endpoint{{Transport: wire.ControlEndpoint, Addr: e.srv.addr()}},
+		Endpoints:   []wire.Endpoint{{Transport: wire.ControlEndpoint, Addr: e.ln.addr()}},
 	}
 	regions := e.Regions()
 	// Transports are asked inside their gates (not while uninstalling) and

@@ -101,7 +101,7 @@ type Engine struct {
 	available     *transportSet
 	name          string
 	incarnation   uint64
-	srv           *server
+	ln            *listener
 	dir           Directory
 	scope         string // dir's scope: where engines of this process find e by name
 	byAddress     bool   // ... and by listen address
@@ -169,30 +169,32 @@ func New(o Options) (*Engine, error) {
 	_, _ = rand.Read(seed[:])
 	e.incarnation = binary.LittleEndian.Uint64(seed[:]) | 1
 	e.log = opts.Logger // until the name is known (the engine's listener logs through it)
-	srv, err := newServer(e, opts.ListenAddr)
+	ln, err := newListener(opts.ListenAddr, e.ListenerConfig("engine", false), opts.Secret)
 	if err != nil {
 		return nil, err
 	}
-	e.srv = srv
+	e.ln = ln
 	e.name = opts.Name
 	if e.name == "" {
-		e.name = srv.addr()
+		e.name = ln.addr()
 	}
 	e.log = opts.Logger.With("engine", e.name)
-	srv.handle(KindControl, e.serveControl)
+	ln.setName(e.name)
+	ln.setLogger(e.log)
+	ln.handle(KindControl, e.serveControl)
 	if err := e.installAll(); err != nil {
-		srv.close()
+		ln.close()
 		return nil, err
 	}
 	dir, err := openDirectory(e)
 	if err != nil {
 		e.uninstallAll()
-		srv.close()
+		ln.close()
 		return nil, err
 	}
 	e.dir = dir
 	e.scope, e.byAddress = dir.Scope()
-	srv.start()
+	ln.start()
 	// Published first: a directory that refuses the name (etcd, when
 	// another engine holds it) fails creation before this process's
 	// engines can reach this one by it.
@@ -204,7 +206,7 @@ func New(o Options) (*Engine, error) {
 		_ = e.Close()
 		return nil, err
 	}
-	attrs := []any{"listen", srv.addr(), "metadata", opts.Metadata, "transports", transportNames(e.Transports())}
+	attrs := []any{"listen", ln.addr(), "metadata", opts.Metadata, "transports", transportNames(e.Transports())}
 	if un := e.Unavailable(); len(un) > 0 {
 		attrs = append(attrs, "unavailable", un)
 	}
@@ -498,7 +500,7 @@ func (e *Engine) Close() error {
 	for _, b := range batches {
 		b.expire(status.Closed, "engine destroyed while the batch was in flight")
 	}
-	e.srv.close()
+	e.ln.close()
 	e.notes.close()
 
 	// Peers (another engine of this process, a tcp handler) may still be
@@ -665,8 +667,8 @@ func (e *Engine) Stats() Stats {
 	if ds, ok := e.dir.(DirectoryStats); ok {
 		s.Metadata = ds.Stats()
 	}
-	s.Connections = e.srv.connCount()
-	s.Listeners["engine"] = e.srv.loop.Stats()
+	s.Connections = e.ln.connCount()
+	s.Listeners["engine"] = e.ln.stats()
 	s.Notifications = e.notes.len()
 	for _, in := range ts {
 		if in.gate.enter() {

@@ -2,8 +2,10 @@ package core
 
 import (
 	"context"
+	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tent-dev/tent/internal/acceptloop"
@@ -39,11 +41,18 @@ func (e *Engine) ListenerConfig(name string, sameUser bool) acceptloop.Config {
 // or is closed; the engine closes it on Close.
 type ConnHandler func(conn net.Conn, peerName string)
 
-// server is the engine's listener: it accepts peers, runs the handshake,
-// and hands each connection to the handler of the kind it asked for.
-type server struct {
-	e        *Engine
-	loop     *acceptloop.Loop
+// listener is the engine's network listener: it accepts peers through the
+// accept loop, runs the authenticated handshake, and hands each connection
+// to the handler of the channel kind it asked for; it also dials peers'
+// listeners with the same handshake. It knows the engine only by what the
+// handshake needs (secret, name, logger), so the engine keeps one field
+// for it.
+type listener struct {
+	loop   *acceptloop.Loop
+	secret []byte
+	log    *slog.Logger
+	name   atomic.Pointer[string] // the engine's name, set before start
+
 	mu       sync.Mutex
 	handlers map[uint8]handlerEntry
 	nextH    uint64
@@ -52,16 +61,25 @@ type server struct {
 	wg       sync.WaitGroup
 }
 
-func newServer(e *Engine, addr string) (*server, error) {
+// newListener listens on addr; it accepts nothing before start.
+func newListener(addr string, cfg acceptloop.Config, secret []byte) (*listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, status.Errorf(status.TransportError, "listen on %s: %w", addr, err)
 	}
-	loop := acceptloop.New(ln, e.ListenerConfig("engine", false))
-	return &server{e: e, loop: loop, handlers: map[uint8]handlerEntry{}, conns: map[net.Conn]struct{}{}}, nil
+	l := &listener{loop: acceptloop.New(ln, cfg), secret: secret, log: cfg.Logger,
+		handlers: map[uint8]handlerEntry{}, conns: map[net.Conn]struct{}{}}
+	l.setName(l.addr())
+	return l, nil
 }
 
-func (s *server) addr() string { return s.loop.Addr().String() }
+// setName is the name the handshake gives peers, and log is where handshake
+// failures go; both are the engine's once it knows its name.
+func (l *listener) setName(name string)        { l.name.Store(&name) }
+func (l *listener) localName() string          { return *l.name.Load() }
+func (l *listener) setLogger(log *slog.Logger) { l.log = log }
+func (l *listener) addr() string               { return l.loop.Addr().String() }
+func (l *listener) stats() acceptloop.Stats    { return l.loop.Stats() }
 
 // handlerEntry is a registered handler; id tells registrations of one kind
 // apart, so only its owner can remove it.
@@ -72,71 +90,71 @@ type handlerEntry struct {
 
 // handle makes h serve kind and returns the function that removes exactly
 // this registration (a later registration of the same kind stays).
-func (s *server) handle(kind uint8, h ConnHandler) (remove func()) {
-	s.mu.Lock()
-	s.nextH++
-	id := s.nextH
-	s.handlers[kind] = handlerEntry{id: id, h: h}
-	s.mu.Unlock()
+func (l *listener) handle(kind uint8, h ConnHandler) (remove func()) {
+	l.mu.Lock()
+	l.nextH++
+	id := l.nextH
+	l.handlers[kind] = handlerEntry{id: id, h: h}
+	l.mu.Unlock()
 	return func() {
-		s.mu.Lock()
-		if s.handlers[kind].id == id {
-			delete(s.handlers, kind)
+		l.mu.Lock()
+		if l.handlers[kind].id == id {
+			delete(l.handlers, kind)
 		}
-		s.mu.Unlock()
+		l.mu.Unlock()
 	}
 }
 
-func (s *server) start() {
-	s.wg.Add(1)
+func (l *listener) start() {
+	l.wg.Add(1)
 	go func() {
-		defer s.wg.Done()
-		s.loop.Serve(s.admit)
+		defer l.wg.Done()
+		l.loop.Serve(l.admit)
 	}()
 }
 
 // admit starts serving an accepted connection (on the loop's goroutine).
-func (s *server) admit(c net.Conn, p *acceptloop.Pending) {
-	if !s.track(c) {
+func (l *listener) admit(c net.Conn, p *acceptloop.Pending) {
+	if !l.track(c) {
 		p.Done(false)
 		c.Close()
 		return
 	}
-	s.wg.Add(1)
-	go s.serve(c, p)
+	l.wg.Add(1)
+	go l.serve(c, p)
 }
 
-func (s *server) track(c net.Conn) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
+func (l *listener) track(c net.Conn) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
 		return false
 	}
-	s.conns[c] = struct{}{}
+	l.conns[c] = struct{}{}
 	return true
 }
 
-func (s *server) serve(c net.Conn, p *acceptloop.Pending) {
-	defer s.wg.Done()
+func (l *listener) serve(c net.Conn, p *acceptloop.Pending) {
+	defer l.wg.Done()
 	defer func() {
-		s.mu.Lock()
-		delete(s.conns, c)
-		s.mu.Unlock()
+		l.mu.Lock()
+		delete(l.conns, c)
+		l.mu.Unlock()
 		c.Close()
 	}()
 	kind, peer, err := wire.ServerHandshake(c, wire.HandshakeConfig{
-		Secret: s.e.opts.Secret, Deadline: p.Deadline(), LocalName: s.e.Name(),
+		Secret: l.secret, Deadline: p.Deadline(), LocalName: l.localName(),
 	})
 	p.Done(err == nil)
 	if err != nil {
 		// Info, not Debug: a peer with the wrong secret is a setup problem
 		// someone is looking for; per connection, never per request.
-		s.e.log.Info("handshake failed", "remote", c.RemoteAddr().String(), "err", err)
+		l.log.Info("handshake failed", "remote", c.RemoteAddr().String(), "err", err)
 		return
 	}
-	s.mu.Lock()
-	h := s.handlers[kind].h
-	s.mu.Unlock()
+	l.mu.Lock()
+	h := l.handlers[kind].h
+	l.mu.Unlock()
 	if h == nil {
 		return
 	}
@@ -147,53 +165,30 @@ func (s *server) serve(c net.Conn, p *acceptloop.Pending) {
 }
 
 // close stops accepting, closes every connection, and waits for handlers.
-func (s *server) close() {
-	s.mu.Lock()
-	s.closed = true
-	conns := make([]net.Conn, 0, len(s.conns))
-	for c := range s.conns {
+func (l *listener) close() {
+	l.mu.Lock()
+	l.closed = true
+	conns := make([]net.Conn, 0, len(l.conns))
+	for c := range l.conns {
 		conns = append(conns, c)
 	}
-	s.mu.Unlock()
-	s.loop.Close()
+	l.mu.Unlock()
+	l.loop.Close()
 	for _, c := range conns {
 		c.Close()
 	}
-	s.wg.Wait()
+	l.wg.Wait()
 }
 
-func (s *server) connCount() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.conns)
+func (l *listener) connCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.conns)
 }
 
-// HandleConn makes the engine's listener pass connections of kind to h.
-// Transports call it from Install and call the returned remove from
-// Uninstall; remove leaves alone a handler registered for the kind since.
-// The kind must be one a spec in Options.Available declares: a transport
-// cannot take core's kind or one no spec reserved.
-func (e *Engine) HandleConn(kind uint8, h ConnHandler) (remove func(), err error) {
-	if _, ok := e.available.byKind[kind]; !ok {
-		return nil, status.Errorf(status.InvalidArgument,
-			"channel kind %d is declared by no available transport's spec", kind)
-	}
-	return e.srv.handle(kind, h), nil
-}
-
-// ListenAddr is the engine listener's address ("host:port").
-func (e *Engine) ListenAddr() string { return e.srv.addr() }
-
-// Dial connects to a peer's listener and runs the client handshake for
-// kind, with the engine's secret, by deadline.
-func (e *Engine) Dial(addr string, kind uint8, deadline time.Time) (net.Conn, error) {
-	return e.DialContext(context.Background(), addr, kind, deadline)
-}
-
-// DialContext is Dial that also gives up, with ErrCanceled, as soon as ctx
-// is done: a transport being uninstalled cancels the dials it has in
-// progress instead of waiting for their deadlines.
-func (e *Engine) DialContext(ctx context.Context, addr string, kind uint8, deadline time.Time) (net.Conn, error) {
+// dial connects to a peer's listener and runs the client handshake for
+// kind by deadline, giving up with ErrCanceled as soon as ctx is done.
+func (l *listener) dial(ctx context.Context, addr string, kind uint8, deadline time.Time) (net.Conn, error) {
 	d := net.Dialer{Deadline: deadline}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -207,7 +202,7 @@ func (e *Engine) DialContext(ctx context.Context, addr string, kind uint8, deadl
 	}
 	stop := context.AfterFunc(ctx, func() { c.Close() }) // interrupts the handshake
 	_, err = wire.ClientHandshake(c, wire.HandshakeConfig{
-		Secret: e.opts.Secret, Deadline: deadline, LocalName: e.Name(),
+		Secret: l.secret, Deadline: deadline, LocalName: l.localName(),
 	}, kind)
 	if !stop() {
 		c.Close()
@@ -221,4 +216,33 @@ func (e *Engine) DialContext(ctx context.Context, addr string, kind uint8, deadl
 		_ = tc.SetNoDelay(true)
 	}
 	return c, nil
+}
+
+// HandleConn makes the engine's listener pass connections of kind to h.
+// Transports call it from Install and call the returned remove from
+// Uninstall; remove leaves alone a handler registered for the kind since.
+// The kind must be one a spec in Options.Available declares: a transport
+// cannot take core's kind or one no spec reserved.
+func (e *Engine) HandleConn(kind uint8, h ConnHandler) (remove func(), err error) {
+	if _, ok := e.available.byKind[kind]; !ok {
+		return nil, status.Errorf(status.InvalidArgument,
+			"channel kind %d is declared by no available transport's spec", kind)
+	}
+	return e.ln.handle(kind, h), nil
+}
+
+// ListenAddr is the engine listener's address ("host:port").
+func (e *Engine) ListenAddr() string { return e.ln.addr() }
+
+// Dial connects to a peer's listener and runs the client handshake for
+// kind, with the engine's secret, by deadline.
+func (e *Engine) Dial(addr string, kind uint8, deadline time.Time) (net.Conn, error) {
+	return e.DialContext(context.Background(), addr, kind, deadline)
+}
+
+// DialContext is Dial that also gives up, with ErrCanceled, as soon as ctx
+// is done: a transport being uninstalled cancels the dials it has in
+// progress instead of waiting for their deadlines.
+func (e *Engine) DialContext(ctx context.Context, addr string, kind uint8, deadline time.Time) (net.Conn, error) {
+	return e.ln.dial(ctx, addr, kind, deadline)
 }

@@ -384,7 +384,7 @@ func registerLocal(e *Engine) error {
 	localMu.Lock()
 	defer localMu.Unlock()
 	keys := []localKey{{e.scope, e.name}}
-	if a := e.srv.addr(); a != e.name && e.byAddress {
+	if a := e.ln.addr(); a != e.name && e.byAddress {
 		keys = append(keys, localKey{e.scope, a})
 	}
 	for _, k := range keys {
