@@ -35,11 +35,10 @@ static void *fc_open(const char *path, char *err, int errlen) {
 import "C"
 
 import (
-	"bytes"
 	"embed"
 	"fmt"
+	"github.com/tent-dev/tent/internal/cshared"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -75,20 +74,10 @@ func Build(dir string, defines ...string) (string, error) {
 			return "", err
 		}
 	}
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
 	out := filepath.Join(dir, LibName)
-	args := []string{"-shared", "-fPIC", "-O1", "-Wall", "-o", out, filepath.Join(dir, "fakecuda.c"), "-lpthread"}
-	for _, d := range defines {
-		args = append(args, "-D"+d)
-	}
-	cmd := exec.Command(cc, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("fakecuda: %s %s: %v\n%s", cc, strings.Join(args, " "), err, stderr.String())
+	err := cshared.Build(cshared.Library{Source: filepath.Join(dir, "fakecuda.c"), Out: out, Defines: defines, Libs: []string{"-lpthread"}})
+	if err != nil {
+		return "", fmt.Errorf("fakecuda: %w", err)
 	}
 	return out, nil
 }

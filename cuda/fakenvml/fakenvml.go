@@ -1,11 +1,10 @@
 package fakenvml
 
 import (
-	"bytes"
 	"embed"
 	"fmt"
+	"github.com/tent-dev/tent/internal/cshared"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,20 +33,10 @@ func Build(dir string, defines ...string) (string, error) {
 	if err := os.WriteFile(cfile, src, 0o644); err != nil {
 		return "", err
 	}
-	cc := os.Getenv("CC")
-	if cc == "" {
-		cc = "gcc"
-	}
 	out := filepath.Join(dir, LibName)
-	args := []string{"-shared", "-fPIC", "-O1", "-Wall", "-Wl,-soname," + LibName, "-o", out, cfile}
-	for _, d := range defines {
-		args = append(args, "-D"+d)
-	}
-	cmd := exec.Command(cc, args...)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("fakenvml: %s %s: %v\n%s", cc, strings.Join(args, " "), err, stderr.String())
+	err = cshared.Build(cshared.Library{Source: cfile, Out: out, Soname: LibName, Defines: defines})
+	if err != nil {
+		return "", fmt.Errorf("fakenvml: %w", err)
 	}
 	return out, os.Remove(cfile)
 }

@@ -1,8 +1,8 @@
 package verbs
 
 import (
+	"github.com/tent-dev/tent/internal/cshared"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
@@ -14,9 +14,7 @@ import (
 func buildFake(t *testing.T) string {
 	t.Helper()
 	out := filepath.Join(t.TempDir(), "libibverbs.so.1")
-	cmd := exec.Command("cc", "-shared", "-fPIC", "-O1", "-o", out, "../fakeverbs/fakeverbs.c")
-	b, err := cmd.CombinedOutput()
-	require.NoError(t, err, string(b))
+	require.NoError(t, cshared.Build(cshared.Library{Source: "../fakeverbs/fakeverbs.c", Out: out}))
 	return out
 }
 

@@ -112,8 +112,8 @@ def nixl_error(exc: BaseException, what: str = "") -> nixlBind._nixlError:
 # ---- handles ------------------------------------------------------------------
 
 
-class nixl_prepped_dlist_handle:  # noqa: N801 - NIXL's names
-    """A prepared descriptor list (prep_xfer_dlist). ``release()`` frees it."""
+class _agent_handle:
+    """A handle an agent gave out; ``release()`` hands it back once."""
 
     __slots__ = ("_handle", "_agent", "_released")
 
@@ -123,49 +123,51 @@ class nixl_prepped_dlist_handle:  # noqa: N801 - NIXL's names
         self._released = False
 
     def __repr__(self) -> str:
-        return f"nixl_prepped_dlist_handle(0x{self._handle:x}, released={self._released})"
+        return f"{type(self).__name__}(0x{self._handle:x}, released={self._released})"
+
+    def _give_back(self) -> None:
+        raise NotImplementedError
 
     def release(self) -> None:
         if not self._released:
-            self._agent._release_dlist(self._handle)
+            self._give_back()
             self._released = True
 
-    def __del__(self) -> None:
-        try:
-            self.release()
-        except Exception:  # noqa: BLE001 - a finalizer never raises
-            pass
-
-
-class nixl_xfer_handle:  # noqa: N801
-    """A transfer request (make_prepped_xfer / initialize_xfer). ``release()``
-    cancels it if still running and frees it."""
-
-    __slots__ = ("_handle", "_agent", "_released")
-
-    def __init__(self, agent: "nixl_agent", value: int) -> None:
-        self._handle = int(value)
-        self._agent = agent
-        self._released = False
-
-    def __repr__(self) -> str:
-        return f"nixl_xfer_handle(0x{self._handle:x}, released={self._released})"
-
-    def release(self) -> None:
-        if not self._released:
-            self._agent._release_xfer(self._handle)
-            self._released = True
+    def _unreleased_at_exit(self) -> None:
+        """What a finalizer does when release failed (it never raises)."""
 
     def __del__(self) -> None:
         if self._released:
             return
         try:
             self.release()
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a finalizer never raises
             try:
-                self._agent._leaked_xfer_handles.append(self._handle)
+                self._unreleased_at_exit()
             except Exception:  # noqa: BLE001
                 pass
+
+
+class nixl_prepped_dlist_handle(_agent_handle):  # noqa: N801 - NIXL's names
+    """A prepared descriptor list (prep_xfer_dlist). ``release()`` frees it."""
+
+    __slots__ = ()
+
+    def _give_back(self) -> None:
+        self._agent._release_dlist(self._handle)
+
+
+class nixl_xfer_handle(_agent_handle):  # noqa: N801
+    """A transfer request (make_prepped_xfer / initialize_xfer). ``release()``
+    cancels it if still running and frees it."""
+
+    __slots__ = ()
+
+    def _give_back(self) -> None:
+        self._agent._release_xfer(self._handle)
+
+    def _unreleased_at_exit(self) -> None:
+        self._agent._leaked_xfer_handles.append(self._handle)
 
 
 class nixl_thread_sync_t(enum.Enum):  # noqa: N801
