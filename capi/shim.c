@@ -198,6 +198,8 @@ const char *tent_transport_name(uint32_t transport) {
       return "tcp";
     case TENT_TRANSPORT_CUDA:
       return "cuda";
+    case TENT_TRANSPORT_RDMA:
+      return "rdma";
   }
   return "unknown";
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/transport/cuda"
 	"github.com/tent-dev/tent/transport/local"
+	"github.com/tent-dev/tent/transport/rdma"
 	"github.com/tent-dev/tent/transport/shm"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -51,6 +52,7 @@ func transportSpecs(tcpStreams uint32) []core.TransportSpec {
 		local.Spec(),
 		cuda.Spec(),
 		shm.Spec(),
+		rdma.Spec(rdma.Options{}),
 		tcp.Spec(tcp.Options{Streams: int(tcpStreams)}),
 	}
 	if extra := testTransports.Load(); extra != nil {

@@ -344,6 +344,7 @@ tent_status tent_free(tent_engine *engine, tent_region *region);
 #define TENT_TRANSPORT_SHM 2u
 #define TENT_TRANSPORT_TCP 3u
 #define TENT_TRANSPORT_CUDA 4u
+#define TENT_TRANSPORT_RDMA 5u
 /* GPU memory: "cuda" copies with the driver's copy engines within a process,
  * and across processes and hosts when the remote GPU memory came from
  * tent_alloc(..., "cuda:N"). Anything else with GPU memory on either side
@@ -351,7 +352,7 @@ tent_status tent_free(tent_engine *engine, tent_region *region);
  * memory) goes over "tcp" through host buffers on the side that holds the
  * GPU memory, and its status carries TENT_STATUS_STAGED. */
 
-/* "none", "local", "shm", "tcp", "cuda", or "unknown". Static; never fails. */
+/* "none", "local", "shm", "tcp", "cuda", "rdma", or "unknown". Static; never fails. */
 const char *tent_transport_name(uint32_t transport);
 
 /* Copies the names of the engine's installed transports in the order a

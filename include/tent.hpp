@@ -411,9 +411,10 @@ enum class Transport : uint32_t {
   shm = TENT_TRANSPORT_SHM,
   tcp = TENT_TRANSPORT_TCP,
   cuda = TENT_TRANSPORT_CUDA,
+  rdma = TENT_TRANSPORT_RDMA,
 };
 
-// "none", "local", "shm", "tcp", "cuda" or "unknown" (tent_transport_name).
+// "none", "local", "shm", "tcp", "cuda", "rdma" or "unknown" (tent_transport_name).
 inline const char *to_string(Transport t) noexcept {
   return tent_transport_name(static_cast<uint32_t>(t));
 }

@@ -76,6 +76,7 @@ static void test_versions_and_strings(void) {
   CHECK(strcmp(tent_transport_name(TENT_TRANSPORT_SHM), "shm") == 0);
   CHECK(strcmp(tent_transport_name(TENT_TRANSPORT_TCP), "tcp") == 0);
   CHECK(strcmp(tent_transport_name(TENT_TRANSPORT_CUDA), "cuda") == 0);
+  CHECK(strcmp(tent_transport_name(TENT_TRANSPORT_RDMA), "rdma") == 0);
   CHECK(strcmp(tent_transport_name(77), "unknown") == 0);
 
   /* They leave the last error alone, so that

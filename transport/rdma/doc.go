@@ -1,0 +1,28 @@
+// Package rdma is tent's RDMA transport: one-sided RDMA WRITE and READ
+// between registered memory of two engines, over reliable-connected queue
+// pairs of the verbs NICs of both hosts. libibverbs is loaded at run time
+// (package verbs); a machine without it, or without a device, gets no rdma
+// transport and sees why in the engine's stats.
+//
+// The transport is declared by Spec and needs nothing from core beyond
+// what every transport uses:
+//
+//   - registration: RegisterMemory registers each region on every NIC the
+//     transport opened (all or nothing), with remote access exactly the
+//     region's permissions; UnregisterMemory deregisters before it returns,
+//     so the rkeys die with the registration;
+//   - the descriptor: Attachments publishes, per region, each NIC's rkey;
+//     Endpoints publishes the NICs and their affinity;
+//   - connections: QP parameters are exchanged over the engine's
+//     authenticated listener (channel kind KindConnect), one connection per
+//     queue pair; the target keeps its queue pair exactly as long as that
+//     connection lives;
+//   - data: Submit chains small requests into one post per queue pair and
+//     splits large ones across the queue pairs of the NICs of the memory's
+//     affinity; pollers (one per NIC) complete requests; a queue pair that
+//     fails is moved to the error state, its requests fail, and it is
+//     rebuilt on next use.
+//
+// See docs/RDMA.md for the design and for what has been tested (the fake
+// libibverbs in package fakeverbs; no real NIC).
+package rdma

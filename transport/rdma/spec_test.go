@@ -1,0 +1,34 @@
+package rdma
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/transport/tcp"
+)
+
+// Without a verbs library the engine still builds, leaves rdma out of its
+// transports and says why in its stats.
+func TestNoLibraryLeavesRDMAOutWithReason(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "libibverbs.so.1")
+	e, err := core.New(core.Options{Available: []core.TransportSpec{Spec(Options{Library: missing}), tcp.Spec(tcp.Options{})}})
+	require.NoError(t, err)
+	defer e.Close()
+	for _, tr := range e.Transports() {
+		require.NotEqual(t, Name, tr.Name())
+	}
+	why := e.Stats().Unavailable[Name]
+	require.Contains(t, why, "no verbs library")
+	require.Contains(t, why, missing)
+}
+
+func TestSpecRanksBetweenShmAndTCP(t *testing.T) {
+	s := Spec(Options{})
+	require.Equal(t, Name, s.Name)
+	require.Less(t, s.Rank, tcp.Rank)
+	require.Greater(t, s.Rank, 30, "after shm")
+	require.Equal(t, []uint8{KindConnect}, s.Kinds)
+}
