@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -57,6 +58,66 @@ func BenchmarkTransfer(b *testing.B) {
 	b.Run("write/4KiB/batch1", func(b *testing.B) {
 		benchBatches(b, e, seg, peer.PID, core.OpWrite, host.Addr(local), remote, span, 4<<10, 1)
 	})
+	for _, op := range []core.Op{core.OpWrite, core.OpRead} {
+		name := map[core.Op]string{core.OpWrite: "write", core.OpRead: "read"}[op]
+		b.Run(name+"/64KiB/threads2", func(b *testing.B) {
+			benchThreads(b, e, seg, peer.PID, op, host.Addr(local), remote, span, 64<<10, 128, 2)
+		})
+	}
+}
+
+// benchThreads is benchBatches from several goroutines at once, each on
+// its own part of the memory, b.N batches in all.
+func benchThreads(b *testing.B, e *core.Engine, seg *core.Segment, peerPID int, op core.Op, local, remote uint64, span, size, batch, threads int) {
+	part := uint64(span / threads)
+	lats := make([][]time.Duration, threads)
+	b.SetBytes(int64(size * batch))
+	b.ResetTimer()
+	cpu0 := cpuTime(os.Getpid()) + cpuTime(peerPID)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for th := 0; th < threads; th++ {
+		reqs := make([]core.TransferRequest, batch)
+		for i := range reqs {
+			off := uint64(th)*part + uint64(i*size)%(part-uint64(size)+1)
+			reqs[i] = core.TransferRequest{Op: op, Local: local + off, Segment: seg, Remote: remote + off, Len: uint64(size)}
+		}
+		n := b.N / threads
+		if th < b.N%threads {
+			n++
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				t0 := time.Now()
+				bt, err := e.Submit(reqs, core.TransferOptions{Timeout: time.Minute})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if code, err := bt.Wait(-1); code != status.OK {
+					b.Error(err)
+					return
+				}
+				e.ReleaseBatch(bt)
+				lats[th] = append(lats[th], time.Since(t0))
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	cpu := cpuTime(os.Getpid()) + cpuTime(peerPID) - cpu0
+	b.StopTimer()
+	lat := slices.Concat(lats...)
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	b.ReportMetric(cpu.Seconds()/(float64(size*batch)*float64(b.N)/1e9), "cpu-s/GB")
+	b.ReportMetric(float64(size*batch)*float64(b.N)/el.Seconds()/1e9, "GB/s")
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 }
 
 func benchBatches(b *testing.B, e *core.Engine, seg *core.Segment, peerPID int, op core.Op, local, remote uint64, span, size, batch int) {

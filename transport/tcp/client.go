@@ -18,6 +18,11 @@ const (
 	// a canceled request waits at most that long for its memory back.
 	maxGroupBytes  = 4 << 20
 	maxGroupChunks = 512
+	// inlineMax bounds what a submitter writes itself on an idle stream
+	// (instead of waking the writer): small enough that the socket's
+	// send buffer, drained when nothing awaits a reply, takes it without
+	// blocking the submitter.
+	inlineMax = 64 << 10
 )
 
 // conn is one stream to a peer: a writer goroutine that dials and then
@@ -34,6 +39,7 @@ type conn struct {
 	queue    ring      // chunks not yet sent
 	sent     ring      // chunks sent, awaiting their replies, in order
 	started  bool      // the writer runs
+	writing  bool      // a goroutine (the writer or a submitter) owns the socket's write side, iov, group and skipped
 	dead     bool
 	err      error     // why it died
 	deadline time.Time // the socket's deadline: the earliest of the chunks held, or zero
@@ -41,7 +47,10 @@ type conn struct {
 	lastUsed time.Time             // when a chunk was last queued or answered
 	reading  atomic.Pointer[chunk] // the reader's chunk in hand, if any
 
-	iov iovec // the writer's
+	// Owned by whoever holds writing.
+	iov     iovec
+	group   []*chunk
+	skipped []*chunk
 }
 
 func newConn(t *Transport, p *pool, slot int) *conn {
@@ -58,15 +67,24 @@ func (c *conn) isDead() bool {
 }
 
 // enqueue hands chunks to the writer; false if the connection has died.
-func (c *conn) enqueue(cs []*chunk) bool {
+// When the stream is up and idle (nothing queued, nothing awaiting a
+// reply, no write in progress) and the chunks are small, the caller gets
+// the socket's write side instead: inline is then true and the caller
+// must call writeInline, after releasing any lock it holds. That saves
+// the wake-up of the writer goroutine, which is most of a small
+// request's cost on the initiator.
+func (c *conn) enqueue(cs []*chunk) (ok, inline bool) {
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
-		return false
+		return false, false
 	}
+	idle := c.nc != nil && !c.writing && c.queue.len() == 0 && c.sent.len() == 0
+	bytes := 0
 	for _, ch := range cs {
 		c.queue.push(ch)
 		c.lowerDeadlineLocked(ch.s.deadline)
+		bytes += int(ch.n)
 	}
 	c.lastUsed = time.Now()
 	if !c.started {
@@ -74,8 +92,75 @@ func (c *conn) enqueue(cs []*chunk) bool {
 		c.started = true
 		c.t.goroutine(c.writeLoop)
 	}
+	if idle && bytes <= inlineMax && len(cs) <= maxGroupChunks {
+		c.writing = true
+		c.takeGroupLocked()
+		c.mu.Unlock()
+		return true, true
+	}
 	c.wake.Signal()
 	c.mu.Unlock()
+	return true, false
+}
+
+// writeInline writes the group enqueue took for the caller, then gives
+// the write side back (to the writer, if more was queued meanwhile).
+func (c *conn) writeInline() {
+	c.mu.Lock()
+	nc := c.nc
+	c.mu.Unlock()
+	c.writeGroup(nc)
+}
+
+// takeGroupLocked moves the next group from the queue to sent, into
+// c.group (and the chunks of dead requests into c.skipped); c.mu and
+// writing are held.
+func (c *conn) takeGroupLocked() {
+	c.group, c.skipped = c.group[:0], c.skipped[:0]
+	bytes := 0
+	for c.queue.len() > 0 && len(c.group) < maxGroupChunks && bytes < maxGroupBytes {
+		ch := c.queue.pop()
+		// A WRITE's memory is entered now, under the lock, so the
+		// chunk is either sent whole or not at all.
+		if (ch.s.op == opWrite && !ch.s.enter()) || (ch.s.op == opRead && ch.s.isDead()) {
+			c.skipped = append(c.skipped, ch)
+			continue
+		}
+		c.nextID++
+		ch.id = c.nextID
+		c.sent.push(ch)
+		c.group = append(c.group, ch)
+		bytes += int(ch.n)
+	}
+}
+
+// writeGroup sends the group taken, then releases writing; it reports
+// whether the connection lives on.
+func (c *conn) writeGroup(nc net.Conn) bool {
+	for _, ch := range c.skipped {
+		ch.s.chunkDone(nil, false)
+	}
+	var err error
+	if len(c.group) > 0 {
+		err = c.write(nc, c.group)
+		for _, ch := range c.group {
+			if ch.s.op == opWrite {
+				ch.s.exit()
+			}
+		}
+	}
+	clear(c.group) // no chunk outlives its request here
+	clear(c.skipped)
+	c.mu.Lock()
+	c.writing = false
+	if c.queue.len() > 0 {
+		c.wake.Signal()
+	}
+	c.mu.Unlock()
+	if err != nil {
+		c.fail(err)
+		return false
+	}
 	return true
 }
 
@@ -232,6 +317,9 @@ func (c *conn) dial() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
+	if c.t.wrapConn != nil {
+		nc = c.t.wrapConn(nc)
+	}
 	_ = nc.SetDeadline(deadline)
 	var hello [helloSize]byte
 	if _, err := readFull(nc, hello[:]); err != nil {
@@ -274,48 +362,19 @@ func (c *conn) writeLoop() {
 	c.t.log.Debug("tcp connection up", "addr", c.pool.key.addr, "slot", c.slot, "peer", c.pool.name)
 	c.t.goroutine(func() { c.readLoop(nc) })
 
-	var group []*chunk
-	var skipped []*chunk
 	for {
-		group, skipped = group[:0], skipped[:0]
 		c.mu.Lock()
-		for c.queue.len() == 0 && !c.dead {
+		for (c.queue.len() == 0 || c.writing) && !c.dead {
 			c.wake.Wait()
 		}
 		if c.dead {
 			c.mu.Unlock()
 			return
 		}
-		bytes := 0
-		for c.queue.len() > 0 && len(group) < maxGroupChunks && bytes < maxGroupBytes {
-			ch := c.queue.pop()
-			// A WRITE's memory is entered now, under the lock, so the
-			// chunk is either sent whole or not at all.
-			if (ch.s.op == opWrite && !ch.s.enter()) || (ch.s.op == opRead && ch.s.isDead()) {
-				skipped = append(skipped, ch)
-				continue
-			}
-			c.nextID++
-			ch.id = c.nextID
-			c.sent.push(ch)
-			group = append(group, ch)
-			bytes += int(ch.n)
-		}
+		c.writing = true
+		c.takeGroupLocked()
 		c.mu.Unlock()
-		for _, ch := range skipped {
-			ch.s.chunkDone(nil, false)
-		}
-		if len(group) == 0 {
-			continue
-		}
-		err := c.write(nc, group)
-		for _, ch := range group {
-			if ch.s.op == opWrite {
-				ch.s.exit()
-			}
-		}
-		if err != nil {
-			c.fail(err)
+		if !c.writeGroup(nc) {
 			return
 		}
 	}

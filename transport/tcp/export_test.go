@@ -81,3 +81,7 @@ func SetIdleTimeout(d time.Duration) (restore func()) {
 	old := idleTimeout.Swap(int64(d))
 	return func() { idleTimeout.Store(old) }
 }
+
+// WrapConns makes the transport wrap each data connection it dials with
+// f; call it before the first transfer.
+func (t *Transport) WrapConns(f func(net.Conn) net.Conn) { t.wrapConn = f }

@@ -63,6 +63,10 @@ type Transport struct {
 	canceled   atomic.Int64 // requests Cancel found in flight
 	idleClosed atomic.Int64 // connections closed for being idle
 
+	// wrapConn, when set (by the tests, before the first dial), wraps
+	// each data connection this transport dials: fault injection.
+	wrapConn func(net.Conn) net.Conn
+
 	reaping bool          // a reaper goroutine runs (under mu)
 	noConns chan struct{} // dropConn tells the reaper the last connection went
 }
@@ -334,15 +338,28 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 			p.spill[p.cur] = append(p.spill[p.cur], c)
 		}
 	}
+	var inlineBuf [4]*conn
+	inline := inlineBuf[:0] // the streams this goroutine writes itself
 	for _, p := range touched {
 		for i, cs := range p.spill {
 			// A connection that died since connLocked looked is replaced.
-			for len(cs) > 0 && !t.connLocked(p, i).enqueue(cs) {
+			for len(cs) > 0 {
+				c := t.connLocked(p, i)
+				ok, now := c.enqueue(cs)
+				if now {
+					inline = append(inline, c)
+				}
+				if ok {
+					break
+				}
 			}
 		}
 		p.spill = nil
 	}
 	t.mu.Unlock()
+	for _, c := range inline {
+		c.writeInline()
+	}
 	for i, s := range failed {
 		s.settleAll(failErr[i])
 	}
