@@ -352,6 +352,12 @@ tent_status tent_transfer(tent_engine *engine, const tent_request *requests, siz
   return tentgo_transfer(ID(engine), U(requests), n, U(opts), U(batch_out));
 }
 
+tent_status tent_transfer_poll(tent_engine *engine, const tent_request *requests, size_t n,
+                               const tent_transfer_options *opts, tent_batch **batch_out) {
+  ENTER();
+  return tentgo_transfer_poll(ID(engine), U(requests), n, U(opts), U(batch_out));
+}
+
 tent_status tent_batch_status(tent_batch *batch, tent_request_status *out, size_t n,
                               size_t *completed_out) {
   ENTER();

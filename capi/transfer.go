@@ -265,30 +265,57 @@ func submit(e *engine, requests uintptr, n C.size_t, opts uintptr) (*core.Batch,
 func tentgo_transfer(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintptr_t,
 	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	e, err := lookupEngine(id)
-	if err != nil {
+	if _, err := startTransfer(id, requests, n, opts, out); err != nil {
 		return fail(err)
 	}
-	if err := requireOut(uintptr(out), 8, "batch_out"); err != nil {
+	return ok()
+}
+
+//export tentgo_transfer_poll
+func tentgo_transfer_poll(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintptr_t,
+	out C.uintptr_t) (st C.tent_status) {
+	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	b, err := startTransfer(id, requests, n, opts, out)
+	if err != nil {
+		if errOut := requireOut(uintptr(out), 8, "batch_out"); errOut == nil {
+			// NULL tells the caller that nothing was submitted (tent.h).
+			_ = writeValue(uintptr(out), C.uint64_t(0), "batch_out")
+		}
 		return fail(err)
+	}
+	// The batch is the caller's now, whatever its requests' outcome.
+	code, _, berr := b.Status(nil)
+	return outcome(code, berr)
+}
+
+// startTransfer submits the requests and writes the new batch's handle to
+// out: the body of tent_transfer and tent_transfer_poll. On an error no
+// batch exists and out is not written.
+func startTransfer(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintptr_t, out C.uintptr_t) (*core.Batch, error) {
+	e, err := lookupEngine(id)
+	if err != nil {
+		return nil, err
+	}
+	if err := requireOut(uintptr(out), 8, "batch_out"); err != nil {
+		return nil, err
 	}
 	b, err := submit(e, uintptr(requests), n, uintptr(opts))
 	if err != nil {
-		return fail(err)
+		return nil, err
 	}
 	bid, err := e.addChild(handles.Batch, &batch{e: e, b: b})
 	if err != nil {
 		b.Cancel()
 		e.core.ReleaseBatch(b)
-		return fail(err)
+		return nil, err
 	}
 	if err := writeValue(uintptr(out), C.uint64_t(bid), "batch_out"); err != nil {
 		if _, rerr := table.Remove(handles.Batch, bid); rerr == nil {
 			_ = release(e, b)
 		}
-		return fail(err)
+		return nil, err
 	}
-	return ok()
+	return b, nil
 }
 
 // outcome turns a batch outcome into the return of an export.

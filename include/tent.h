@@ -480,6 +480,21 @@ typedef struct tent_request_status {
 tent_status tent_transfer(tent_engine *engine, const tent_request *requests, size_t n,
                           const tent_transfer_options *opts, tent_batch **batch_out);
 
+/* tent_transfer, and the batch's state right after submitting, without
+ * waiting: what tent_batch_status returns for it. TENT_OK means every
+ * request already succeeded (a small local or shm transfer is often done
+ * by the calling thread before the call returns), so no tent_batch_wait is
+ * needed; TENT_PENDING means some are still running; an error code is the
+ * first failed request's (message in tent_last_error). *batch_out receives
+ * the batch whenever the requests were submitted, whatever their outcome:
+ * the caller owns it and releases it with tent_batch_destroy. When the
+ * call itself fails (the same bad input as tent_transfer), nothing is
+ * submitted and *batch_out is set to NULL (unless batch_out itself is NULL
+ * or unwritable): *batch_out tells "a request failed" from "the call
+ * failed". */
+tent_status tent_transfer_poll(tent_engine *engine, const tent_request *requests, size_t n,
+                               const tent_transfer_options *opts, tent_batch **batch_out);
+
 /* Copies the status of the first min(n, batch size) requests into out.
  * Returns TENT_OK if all requests succeeded, TENT_PENDING if any is still
  * running, or the code of the first failed request once all have finished.

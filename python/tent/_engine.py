@@ -21,6 +21,7 @@ import atexit
 import ctypes
 import functools
 import json
+import struct
 import sys
 import threading
 import weakref
@@ -38,7 +39,7 @@ from ._errors import (
     check,
     error_for,
 )
-from ._requests import READ, WRITE, RequestResult, opcode, request_dtype, result_of, segment_handle
+from ._requests import READ, WRITE, RequestResult, _dtypes, opcode, request_dtype, result_of, segment_handle
 
 _OK = _lib.TENT_OK
 _PENDING = _lib.TENT_PENDING
@@ -213,6 +214,8 @@ class Engine(_Managed):
         # could not release them (transfers still running): kept until close.
         self._parked: List[Tuple[str, int, Any]] = []
         self._allocs: "weakref.WeakSet[AllocatedRegion]" = weakref.WeakSet()
+        self._request_views = _RequestViews()
+        self._calls = dll
         _live_engines.add(self)
 
     def __repr__(self) -> str:
@@ -494,7 +497,10 @@ class Engine(_Managed):
             h = self._h()  # raises
         if type(segment) is not Segment and not isinstance(segment, Segment):
             raise TypeError(f"segment must be a Segment (from open_segment), not {type(segment).__name__}")
-        addr, n, keep = self._local(local, op == READ)
+        if type(local) in _REGION_TYPES and local._handle is not None and (op != READ or not local.readonly):
+            addr, n, keep = local.addr, local.size, local  # _local's fast path, without the call
+        else:
+            addr, n, keep = self._local(local, op == READ)
         if length is None:
             length = n
         else:
@@ -517,15 +523,14 @@ class Engine(_Managed):
         # synchronous): cheaper than allocating both per call. Taken out
         # while in use, so a re-entrant call (a finalizer) gets its own.
         cache = _sync_bufs.__dict__
-        bufs = cache.pop("v", None) or _new_sync_bufs()
+        bufs = cache.pop("v", None) or _SyncBufs()
         try:
-            req, status, preq, pstatus = bufs
-            req.opcode, req.local_addr, req.segment, req.remote_addr, req.length = op, addr, seg, remote_addr, length
-            st = _sync_call(h, preq, 1, opts if opts is None else byref(opts), pstatus)
+            _REQUEST_LAYOUT.pack_into(bufs.req, 0, op, 0, addr, seg, remote_addr, length)
+            st = bufs.call(h, bufs.preq, 1, opts if opts is None else byref(opts), bufs.pstatus)
             del keep, okeep
             if st < 0:
                 check(st)
-            return result_of(status)
+            return bufs.result()
         finally:
             cache["v"] = bufs
 
@@ -580,17 +585,26 @@ class Engine(_Managed):
         h = self._handle
         if h is None:
             h = self._h()  # raises
-        arr, n, keep = _request_array(requests)
+        seen = self._request_views.get(id(requests))
+        if seen is not None and seen[0]() is requests:
+            arr, n, keep = seen[1], seen[2], requests
+        else:
+            arr, n, keep = _request_array(requests, self._request_views)
         if timeout is None and notify is None and transport is None:
             opts = okeep = None
         else:
             opts, okeep = self._transfer_options(timeout, notify, transport)
         out = c_void_p()
-        st = _lib.lib().tent_transfer(h, arr, n, opts if opts is None else byref(opts), byref(out))
+        # Submits and reports the batch's state at once: a transfer already
+        # finished (small local and shm ones often are) needs no wait call.
+        st = self._calls.tent_transfer_poll(h, arr, n, opts if opts is None else byref(opts), byref(out))
         del keep, okeep
-        if st < 0:
-            check(st)
-        return Batch(self, out.value, n)  # type: ignore[arg-type]
+        bh = out.value
+        if bh is None:  # the call failed: nothing was submitted
+            check(st if st < 0 else _lib.TENT_ERR_INTERNAL)
+        batch = Batch(self, bh, n)  # type: ignore[arg-type]
+        batch._succeeded = st == _OK  # a request's failure is wait()'s to raise
+        return batch
 
     # -- notifications --
 
@@ -635,14 +649,36 @@ class Engine(_Managed):
 _sync_bufs = threading.local()
 
 
-def _sync_call(*args: Any) -> int:
-    """tent_transfer_sync(args) (a function so that the library loads on first use)."""
-    return _lib.lib().tent_transfer_sync(*args)
+class _SyncBufs:
+    """One thread's request and status structs for tent_transfer_sync, the
+    function itself, and the results already built: a RequestResult is
+    immutable, so equal statuses share one (building it is most of the
+    Python cost of a one-request transfer)."""
+
+    __slots__ = ("req", "status", "preq", "pstatus", "call", "results")
+    _MAX_RESULTS = 64  # distinct (code, transport, bytes, flags) kept per thread
+
+    def __init__(self) -> None:
+        self.req, self.status = _lib.Request(), _lib.RequestStatus()
+        self.preq, self.pstatus = byref(self.req), byref(self.status)
+        self.call = _lib.lib().tent_transfer_sync
+        self.results: Dict[Tuple[int, ...], RequestResult] = {}
+
+    def result(self) -> RequestResult:
+        key = _STATUS_LAYOUT.unpack_from(self.status)
+        r = self.results.get(key)
+        if r is None:
+            if len(self.results) >= self._MAX_RESULTS:
+                self.results.clear()
+            r = self.results[key] = result_of(self.status)
+        return r
 
 
-def _new_sync_bufs() -> Tuple[Any, Any, Any, Any]:
-    req, status = _lib.Request(), _lib.RequestStatus()
-    return req, status, byref(req), byref(status)
+# tent_request and tent_request_status as struct formats (native byte order,
+# explicit padding: the layouts of tent.h, checked against ctypes below).
+_REQUEST_LAYOUT = struct.Struct("=IIQQQQ")
+_STATUS_LAYOUT = struct.Struct("=iIQII")
+assert _REQUEST_LAYOUT.size == sizeof(_lib.Request) and _STATUS_LAYOUT.size == sizeof(_lib.RequestStatus)
 
 
 def _checked_request(i: int, r: Any) -> _lib.Request:
@@ -679,15 +715,49 @@ def _request_arrays(n: int) -> Any:
     return _lib.Request * n
 
 
-def _request_array(requests: Any) -> Tuple[Any, int, Any]:
+class _RequestViews(Dict[int, Tuple[Any, Any, int]]):
+    """The ctypes views of the numpy request arrays an engine transferred:
+    id(array) -> (weak reference to the array, view, n).
+
+    Building a view (through the buffer protocol or ``.ctypes``) costs more
+    than the whole C call of a one-request transfer, and programs transfer
+    the same prebuilt arrays again and again. A view stays right while its
+    array lives: a numpy array's memory never moves, except by an in-place
+    ``ndarray.resize``, which numpy refuses for an array that has a weak
+    reference. An entry goes with its array. Dict operations are atomic,
+    so threads share it without a lock."""
+
+    _MAX = 256  # arrays remembered per engine; past it, start over
+
+    def add(self, array: Any, view: Any, n: int) -> None:
+        if len(self) >= self._MAX:
+            self.clear()  # the dropped weak references never call back
+        key = id(array)
+
+        def forget(_: Any) -> None:
+            self.pop(key, None)
+
+        self[key] = (weakref.ref(array, forget), view, n)
+
+
+def _request_array(requests: Any, views: _RequestViews) -> Tuple[Any, int, Any]:
     """(ctypes array of Request, n, keepalive) for tent_transfer, without a
-    Python loop for numpy and ctypes arrays."""
+    Python loop for numpy and ctypes arrays; a numpy array's view is added
+    to views."""
+    ndarray = _check.numpy_type("ndarray")
+    if ndarray is not None and type(requests) is ndarray and requests.dtype is _dtypes.get("request"):
+        # The common case (make_requests' arrays), with the checks of the
+        # general numpy path below in their cheapest form, remembered.
+        n = requests.shape[0] if requests.ndim == 1 else 0
+        if n and requests.flags.c_contiguous:
+            arr = _request_arrays(n).from_address(requests.ctypes.data)
+            views.add(requests, arr, n)
+            return arr, n, requests
     if isinstance(requests, ctypes.Array) and requests._type_ is _lib.Request:
         n = len(requests)
         if n == 0:
             raise InvalidArgument("no requests")
         return requests, n, requests
-    ndarray = _check.numpy_type("ndarray")
     if ndarray is not None and isinstance(requests, ndarray):
         dt = requests.dtype
         want = request_dtype()
@@ -949,6 +1019,9 @@ class Batch(_Child):
         self._handle = handle
         self._n = n
         self._statuses: Any = None
+        # Every request had succeeded when the batch was submitted (the
+        # library said so): wait() then needs no call.
+        self._succeeded = False
 
     def __len__(self) -> int:
         return self._n
@@ -1000,6 +1073,8 @@ class Batch(_Child):
         h = self._handle
         if h is None:
             h = self.handle  # raises
+        if self._succeeded and timeout is None and self._engine._handle is not None:
+            return  # finished when submitted: nothing to wait for
         dll = _lib.lib()
         if timeout is None:  # the common case: one slice, and done
             st = dll.tent_batch_wait(h, self._WAIT_SLICE_MS)

@@ -242,6 +242,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "tent_segment_open": (tent_status, [handle, c_char_p, _P(handle)]),
     "tent_segment_close": (tent_status, [handle, handle]),
     "tent_transfer": (tent_status, [handle, _P(Request), c_size_t, _P(TransferOptions), _P(handle)]),
+    "tent_transfer_poll": (tent_status, [handle, _P(Request), c_size_t, _P(TransferOptions), _P(handle)]),
     "tent_batch_status": (tent_status, [handle, _P(RequestStatus), c_size_t, _P(c_size_t)]),
     "tent_batch_wait": (tent_status, [handle, c_int64]),
     "tent_batch_destroy": (tent_status, [handle]),

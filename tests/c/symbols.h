@@ -38,6 +38,7 @@
   X(tent_segment_open)    \
   X(tent_segment_close)   \
   X(tent_transfer)        \
+  X(tent_transfer_poll)   \
   X(tent_batch_status)    \
   X(tent_batch_wait)      \
   X(tent_batch_destroy)   \

@@ -437,6 +437,35 @@ static tent_status c_transfer_out(void *p) {
   tent_request r = good_request();
   return tent_transfer(e, &r, 1, NULL, p);
 }
+/* tent_transfer_poll: the batch, when one was made, is waited for and
+ * released here; its outcome is the case's. */
+static tent_status poll_with(const tent_request *r, size_t n, const tent_transfer_options *o) {
+  tent_batch *b = (tent_batch *)(uintptr_t)1; /* not NULL: the call must set it */
+  tent_status st = tent_transfer_poll(e, r, n, o, &b);
+  if (b == NULL) return st == TENT_OK || st == TENT_PENDING ? TENT_ERR_INTERNAL : st;
+  if (st == TENT_PENDING) st = tent_batch_wait(b, 5000);
+  tent_batch_destroy(b);
+  return st;
+}
+static tent_status c_poll_reqs(void *p) { return poll_with(p, 1, NULL); }
+static tent_status c_poll_opts(void *p) {
+  tent_request r = good_request();
+  return poll_with(&r, 1, p);
+}
+static tent_status c_poll_local(void *p) {
+  tent_request r = good_request();
+  r.local_addr = p;
+  return poll_with(&r, 1, NULL);
+}
+static tent_status c_poll_out(void *p) {
+  tent_request r = good_request();
+  return tent_transfer_poll(e, &r, 1, NULL, p);
+}
+static tent_status c_poll_n(void *p) {
+  (void)p;
+  tent_request r = good_request();
+  return poll_with(&r, 1ull << 40, NULL);
+}
 static tent_status c_transfer_n(void *p) {
   (void)p;
   tent_request r = good_request();
@@ -636,6 +665,11 @@ static const struct entry table[] = {
     {"tent_transfer", "batch_out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_transfer_out},
     {"tent_transfer", "n = 2^40", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_transfer_n},
     {"tent_transfer", "n = 2, array ends at PROT_NONE", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_transfer_n_edge},
+    {"tent_transfer_poll", "requests", PTRS, 0, 0, c_poll_reqs},
+    {"tent_transfer_poll", "opts", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_poll_opts},
+    {"tent_transfer_poll", "requests[0].local_addr", PTRS, 0, 0, c_poll_local},
+    {"tent_transfer_poll", "batch_out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_poll_out},
+    {"tent_transfer_poll", "n = 2^40", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_poll_n},
     {"tent_batch_status", "out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_status_out},
     {"tent_batch_status", "completed_out", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_status_completed},
     {"tent_batch_status", "n = SIZE_MAX", VALUE, VALUE, 0, c_status_n},

@@ -254,6 +254,44 @@ static void test_local(void) {
   CHECK_ST(tent_transfer_sync(a, mixed, 1, NULL, NULL), TENT_ERR_NOT_REGISTERED);
   free(robuf);
 
+  /* tent_transfer_poll: the batch's state without waiting, and the batch
+   * itself the caller's whatever its requests' outcome. */
+  fill(src, 4096, 9);
+  memset(dst, 0, 4096);
+  tent_request w = req(TENT_OP_WRITE, src, seg, (uint64_t)(uintptr_t)dst, 4096);
+  tent_batch *pb = NULL;
+  tent_status ps = tent_transfer_poll(a, &w, 1, NULL, &pb);
+  CHECK(ps == TENT_OK || ps == TENT_PENDING);
+  CHECK(pb != NULL);
+  if (ps == TENT_OK) CHECK(memcmp(src, dst, 4096) == 0); /* done means done, before any wait */
+  CHECK_ST(tent_batch_wait(pb, 10000), TENT_OK);
+  CHECK(memcmp(src, dst, 4096) == 0);
+  CHECK_EQ_U64(stats(a).batches, 1);
+  CHECK_ST(tent_batch_destroy(pb), TENT_OK);
+  unsigned char *robuf2 = malloc(4096);
+  tent_region *ro2 = NULL;
+  CHECK_ST(tent_register(b, robuf2, 4096, NULL, TENT_REMOTE_READ, &ro2), TENT_OK);
+  tent_request denied = req(TENT_OP_WRITE, src, seg, (uint64_t)(uintptr_t)robuf2, 8);
+  pb = NULL;
+  ps = tent_transfer_poll(a, &denied, 1, NULL, &pb);
+  CHECK(ps == TENT_PENDING || ps == TENT_ERR_PERMISSION_DENIED);
+  CHECK(pb != NULL);
+  CHECK_ST(tent_batch_wait(pb, 10000), TENT_ERR_PERMISSION_DENIED);
+  CHECK_ST(tent_batch_destroy(pb), TENT_OK);
+  CHECK_ST(tent_unregister(b, ro2), TENT_OK);
+  free(robuf2);
+  tent_request zero = req(TENT_OP_WRITE, src, seg, (uint64_t)(uintptr_t)dst, 0);
+  pb = (tent_batch *)(uintptr_t)1; /* must be overwritten with NULL */
+  CHECK_ST(tent_transfer_poll(a, &zero, 1, NULL, &pb), TENT_ERR_INVALID_ARGUMENT);
+  CHECK(pb == NULL);
+  pb = (tent_batch *)(uintptr_t)1;
+  CHECK_ST(tent_transfer_poll(a, NULL, 1, NULL, &pb), TENT_ERR_INVALID_ARGUMENT);
+  CHECK(pb == NULL);
+  CHECK_ST(tent_transfer_poll(a, &w, 1, NULL, NULL), TENT_ERR_INVALID_ARGUMENT);
+  CHECK_ST(tent_transfer_poll(NULL, &w, 1, NULL, &pb), TENT_ERR_INVALID_HANDLE);
+  CHECK_EQ_U64(stats(a).batches, 0);
+  CHECK_EQ_U64(stats(a).requests_in_flight, 0);
+
   /* Bad input fails the call, nothing submitted. */
   tent_request good = req(TENT_OP_WRITE, src, seg, (uint64_t)(uintptr_t)dst, 8);
   tent_request bad;

@@ -216,6 +216,51 @@ def test_batch_with_make_requests(engine, self_segment):
     assert engine.stats()["batches"] == 0
 
 
+def test_request_array_transferred_again(engine, self_segment):
+    """A request array used again moves what it holds now; the engine's
+    view of it goes with the array, and numpy will not move its memory
+    (resize in place) while the view exists."""
+    src = np.arange(4096, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    with engine.register(src) as rs, engine.register(dst) as rd:
+        reqs = tent.make_requests("write", rs, self_segment, rd.addr, local_offsets=[0], lengths=64)
+        for i in range(3):
+            reqs["local_addr"] = rs.addr + 64 * i
+            reqs["remote_addr"] = rd.addr + 128 * i
+            with engine.transfer(reqs) as b:
+                b.wait()
+                assert b.done and b.status()[0].bytes == 64
+            assert np.array_equal(dst[128 * i:128 * i + 64], src[64 * i:64 * i + 64])
+        assert id(reqs) in engine._request_views
+        with pytest.raises(ValueError):
+            reqs.resize(1000)  # would move the memory the view points at
+        del reqs
+        gc.collect()
+        assert len(engine._request_views) == 0
+        # many arrays, each used once: the engine remembers a bounded number
+        keep = [tent.make_requests("write", rs, self_segment, rd.addr, local_offsets=[i], lengths=1)
+                for i in range(300)]
+        for r in keep:
+            with engine.transfer(r) as b:
+                b.wait()
+        assert 0 < len(engine._request_views) <= 256
+        assert np.array_equal(dst[:300], src[:300])
+
+
+def test_sync_results_of_each_call(engine, self_segment):
+    """engine.write/read return each call's own result (equal results may
+    be one object: they are immutable)."""
+    src = np.ones(8192, np.uint8)
+    dst = np.zeros_like(src)
+    with engine.register(src) as rs, engine.register(dst) as rd:
+        for n in (1, 7, 64, 8192, 7, 1):
+            w = engine.write(rs, self_segment, rd.addr, n)
+            r = engine.read(rd, self_segment, rs.addr, n)
+            assert (w.bytes, r.bytes, w.transport, w.code) == (n, n, "local", 0)
+        for n in range(1, 200):  # more distinct results than a thread keeps
+            assert engine.write(rs, self_segment, rd.addr, n).bytes == n
+
+
 def test_batch_from_ctypes_array_and_tuples(engine, self_segment):
     src = bytearray(b"abcdefgh" * 8)
     dst = bytearray(64)
