@@ -83,8 +83,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	for i := range b.reqs {
 		all[i] = &b.reqs[i]
 	}
-	for _, g := range groupBy(all, func(i int) *Peer { return all[i].Peer }) {
-		p, rs := g.key, g.reqs
+	eachGroup(all, func(i int) *Peer { return all[i].Peer }, func(p *Peer, rs []*Request) {
 		// Never a network round trip on the caller's thread: without a
 		// usable cached descriptor, routing continues on a goroutine.
 		if d := p.cached(); d != nil {
@@ -92,7 +91,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		} else {
 			go e.route(p, rs, hint, true)
 		}
-	}
+	})
 	return b, nil
 }
 
@@ -182,13 +181,13 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 		routed = append(routed, r)
 		movers = append(movers, m)
 	}
-	for _, g := range groupBy(routed, func(i int) *installed { return movers[i] }) {
-		for _, r := range g.reqs {
+	eachGroup(routed, func(i int) *installed { return movers[i] }, func(m *installed, rs []*Request) {
+		for _, r := range rs {
 			r.attempts.Store(1)
 		}
-		e.noteRoute(p, g.key, hint != nil)
-		e.dispatch(g.key, g.reqs)
-	}
+		e.noteRoute(p, m, hint != nil)
+		e.dispatch(m, rs)
+	})
 	if len(retry) > 0 {
 		p.invalidate()
 		go e.route(p, retry, hint, true)
@@ -351,6 +350,26 @@ func (e *Engine) ReleaseBatch(b *Batch) {
 type group[K comparable] struct {
 	key  K
 	reqs []*Request
+}
+
+// eachGroup calls f with each group of groupBy(rs, key), in order. The
+// common case, a single key, allocates nothing.
+func eachGroup[K comparable](rs []*Request, key func(i int) K, f func(K, []*Request)) {
+	if len(rs) == 0 {
+		return
+	}
+	k0 := key(0)
+	same := 1
+	for same < len(rs) && key(same) == k0 {
+		same++
+	}
+	if same == len(rs) {
+		f(k0, rs)
+		return
+	}
+	for _, g := range groupBy(rs, key) {
+		f(g.key, g.reqs)
+	}
 }
 
 // groupBy splits rs by key(i) (the key of rs[i]), groups in the order

@@ -391,9 +391,8 @@ func (c *conn) write(nc net.Conn, group []*chunk) error {
 			v.payload(host.Bytes(ch.s.local+ch.off, uint64(ch.n)))
 		}
 	}
-	bufs := v.buffers()
 	for {
-		n, err := bufs.WriteTo(nc)
+		n, err := v.writeTo(nc)
 		c.t.sent.Add(n)
 		if err == nil {
 			return nil

@@ -253,6 +253,7 @@ type iovec struct {
 	hdr   []byte
 	pays  []payloadAt
 	bufs  net.Buffers
+	out   net.Buffers // what WriteTo consumes: a field, so that it does not escape per write
 	bytes int
 }
 
@@ -277,6 +278,15 @@ func (v *iovec) payload(b []byte) {
 
 func (v *iovec) empty() bool { return v.bytes == 0 }
 
+// writeTo writes the pieces in order, as much as w takes, and consumes
+// what it wrote: after an error, the next call writes the rest.
+func (v *iovec) writeTo(w io.Writer) (int64, error) {
+	if v.out == nil {
+		v.out = v.buffers()
+	}
+	return v.out.WriteTo(w)
+}
+
 // buffers returns the pieces in order; the result is consumed by WriteTo.
 func (v *iovec) buffers() net.Buffers {
 	bufs := v.bufs[:0]
@@ -298,7 +308,7 @@ func (v *iovec) buffers() net.Buffers {
 func (v *iovec) reset() {
 	clear(v.pays) // no references to registered memory outlive the write
 	clear(v.bufs[:cap(v.bufs)])
-	v.hdr, v.pays, v.bufs, v.bytes = v.hdr[:0], v.pays[:0], v.bufs[:0], 0
+	v.hdr, v.pays, v.bufs, v.out, v.bytes = v.hdr[:0], v.pays[:0], v.bufs[:0], nil, 0
 }
 
 // ioError turns a socket error into a status error: deadlines are

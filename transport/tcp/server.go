@@ -265,9 +265,8 @@ func (s *server) reply(h reqHeader, err error, payload []byte, flags uint8) {
 }
 
 func (s *server) flush() error {
-	bufs := s.iov.buffers()
 	_ = s.nc.SetWriteDeadline(time.Now().Add(s.stall))
-	n, err := bufs.WriteTo(s.nc)
+	n, err := s.iov.writeTo(s.nc)
 	s.t.sent.Add(n)
 	s.iov.reset()
 	s.releaseHeld()
