@@ -47,6 +47,56 @@ static stamp since(stamp t0, double n) {
     }                                                                           \
   } while (0)
 
+/* One 64-byte request between src (registered with e) and dst (the
+ * segment's), four ways: tent_transfer_sync WRITE and READ, a
+ * batch of one (tent_transfer + tent_batch_wait + tent_batch_destroy), and
+ * a batch of one through tent_transfer_poll (waiting only when the batch
+ * is not finished yet). */
+typedef struct {
+  stamp sync_write, sync_read, one_batch, one_batch_poll;
+} one_request;
+
+static one_request one_request_costs(tent_engine *e, tent_segment *seg, char *src, char *dst, long iters) {
+  one_request r;
+  tent_request one = {TENT_OP_WRITE, 0, src, seg, (uint64_t)(uintptr_t)dst, 64};
+  for (long i = 0; i < iters / 10; i++) CHECK(tent_transfer_sync(e, &one, 1, NULL, NULL));
+  stamp t0 = now();
+  for (long i = 0; i < iters; i++) CHECK(tent_transfer_sync(e, &one, 1, NULL, NULL));
+  r.sync_write = since(t0, iters);
+
+  tent_request one_read = {TENT_OP_READ, 0, src, seg, (uint64_t)(uintptr_t)dst, 64};
+  for (long i = 0; i < iters / 10; i++) CHECK(tent_transfer_sync(e, &one_read, 1, NULL, NULL));
+  t0 = now();
+  for (long i = 0; i < iters; i++) CHECK(tent_transfer_sync(e, &one_read, 1, NULL, NULL));
+  r.sync_read = since(t0, iters);
+
+  for (long i = 0; i < iters / 10; i++) {
+    tent_batch *b = NULL;
+    CHECK(tent_transfer(e, &one, 1, NULL, &b));
+    CHECK(tent_batch_wait(b, -1));
+    CHECK(tent_batch_destroy(b));
+  }
+  t0 = now();
+  for (long i = 0; i < iters; i++) {
+    tent_batch *b = NULL;
+    CHECK(tent_transfer(e, &one, 1, NULL, &b));
+    CHECK(tent_batch_wait(b, -1));
+    CHECK(tent_batch_destroy(b));
+  }
+  r.one_batch = since(t0, iters);
+
+  t0 = now();
+  for (long i = 0; i < iters; i++) {
+    tent_batch *b = NULL;
+    tent_status st = tent_transfer_poll(e, &one, 1, NULL, &b);
+    if (st == TENT_PENDING) st = tent_batch_wait(b, -1);
+    CHECK(st);
+    CHECK(tent_batch_destroy(b));
+  }
+  r.one_batch_poll = since(t0, iters);
+  return r;
+}
+
 int main(int argc, char **argv) {
   long iters = argc > 1 ? atol(argv[1]) : 20000;
   size_t batch = argc > 2 ? (size_t)atol(argv[2]) : 128;
@@ -72,32 +122,30 @@ int main(int argc, char **argv) {
   for (long i = 0; i < iters; i++) CHECK(tent_engine_name(e, namebuf, sizeof namebuf, NULL));
   stamp go_us = since(t0, iters);
 
-  tent_request one = {TENT_OP_WRITE, 0, src, seg, (uint64_t)(uintptr_t)dst, 64};
-  for (long i = 0; i < iters / 10; i++) CHECK(tent_transfer_sync(e, &one, 1, NULL, NULL));
-  t0 = now();
-  for (long i = 0; i < iters; i++) CHECK(tent_transfer_sync(e, &one, 1, NULL, NULL));
-  stamp sync_us = since(t0, iters);
+  one_request local = one_request_costs(e, seg, src, dst, iters);
 
-  tent_request one_read = {TENT_OP_READ, 0, dst, seg, (uint64_t)(uintptr_t)src, 64};
-  for (long i = 0; i < iters / 10; i++) CHECK(tent_transfer_sync(e, &one_read, 1, NULL, NULL));
-  t0 = now();
-  for (long i = 0; i < iters; i++) CHECK(tent_transfer_sync(e, &one_read, 1, NULL, NULL));
-  stamp sync_read_us = since(t0, iters);
-
-  for (long i = 0; i < iters / 10; i++) {
-    tent_batch *b = NULL;
-    CHECK(tent_transfer(e, &one, 1, NULL, &b));
-    CHECK(tent_batch_wait(b, -1));
-    CHECK(tent_batch_destroy(b));
-  }
-  t0 = now();
-  for (long i = 0; i < iters; i++) {
-    tent_batch *b = NULL;
-    CHECK(tent_transfer(e, &one, 1, NULL, &b));
-    CHECK(tent_batch_wait(b, -1));
-    CHECK(tent_batch_destroy(b));
-  }
-  stamp one_batch_us = since(t0, iters);
+  /* The same over shm: two engines of this process that have only it. */
+  tent_engine_options so = TENT_ENGINE_OPTIONS_INIT;
+  so.transports = "shm";
+  tent_engine *sa = NULL, *sb = NULL;
+  CHECK(tent_engine_create(&so, &sa));
+  CHECK(tent_engine_create(&so, &sb));
+  char *ssrc = calloc(1, 64), *sdst = calloc(1, 64);
+  tent_region *srs = NULL, *srd = NULL;
+  CHECK(tent_register(sa, ssrc, 64, NULL, TENT_REMOTE_READ | TENT_REMOTE_WRITE, &srs));
+  CHECK(tent_register(sb, sdst, 64, NULL, TENT_REMOTE_READ | TENT_REMOTE_WRITE, &srd));
+  char sbname[256];
+  CHECK(tent_engine_name(sb, sbname, sizeof sbname, NULL));
+  tent_segment *sseg = NULL;
+  CHECK(tent_segment_open(sa, sbname, &sseg));
+  one_request shm = one_request_costs(sa, sseg, ssrc, sdst, iters / 4 > 0 ? iters / 4 : 1);
+  CHECK(tent_segment_close(sa, sseg));
+  CHECK(tent_unregister(sa, srs));
+  CHECK(tent_unregister(sb, srd));
+  CHECK(tent_engine_destroy(sa));
+  CHECK(tent_engine_destroy(sb));
+  free(ssrc);
+  free(sdst);
 
   tent_request *reqs = calloc(batch, sizeof *reqs);
   for (size_t i = 0; i < batch; i++) {
@@ -119,14 +167,25 @@ int main(int argc, char **argv) {
   }
   stamp batch_us = since(t0, biters);
 
-  printf("{\"version_call_us\": %.4f, \"go_call_us\": %.4f, \"sync_write_us\": %.3f, \"sync_read_us\": %.3f, "
-         "\"one_batch_us\": %.3f, \"batch_us\": %.3f, \"batch_per_request_us\": %.4f, "
-         "\"version_call_cpu_us\": %.4f, \"go_call_cpu_us\": %.4f, \"sync_write_cpu_us\": %.3f, "
-         "\"sync_read_cpu_us\": %.3f, \"one_batch_cpu_us\": %.3f, "
-         "\"batch_cpu_us\": %.3f, \"batch_per_request_cpu_us\": %.4f, \"batch\": %zu, \"sink\": %u}\n",
-         version_us.wall, go_us.wall, sync_us.wall, sync_read_us.wall, one_batch_us.wall, batch_us.wall,
-         batch_us.wall / batch, version_us.cpu, go_us.cpu, sync_us.cpu, sync_read_us.cpu, one_batch_us.cpu,
+  printf("{\"version_call_us\": %.4f, \"go_call_us\": %.4f, \"batch_us\": %.3f, \"batch_per_request_us\": %.4f, "
+         "\"version_call_cpu_us\": %.4f, \"go_call_cpu_us\": %.4f, "
+         "\"batch_cpu_us\": %.3f, \"batch_per_request_cpu_us\": %.4f, \"batch\": %zu, \"sink\": %u",
+         version_us.wall, go_us.wall, batch_us.wall, batch_us.wall / batch, version_us.cpu, go_us.cpu,
          batch_us.cpu, batch_us.cpu / batch, batch, (unsigned)sink);
+  const struct {
+    const char *prefix;
+    one_request *r;
+  } paths[] = {{"", &local}, {"shm_", &shm}};
+  for (size_t p = 0; p < 2; p++) {
+    one_request *r = paths[p].r;
+    const char *x = paths[p].prefix;
+    printf(", \"%ssync_write_us\": %.3f, \"%ssync_write_cpu_us\": %.3f", x, r->sync_write.wall, x, r->sync_write.cpu);
+    printf(", \"%ssync_read_us\": %.3f, \"%ssync_read_cpu_us\": %.3f", x, r->sync_read.wall, x, r->sync_read.cpu);
+    printf(", \"%sone_batch_us\": %.3f, \"%sone_batch_cpu_us\": %.3f", x, r->one_batch.wall, x, r->one_batch.cpu);
+    printf(", \"%sone_batch_poll_us\": %.3f, \"%sone_batch_poll_cpu_us\": %.3f", x, r->one_batch_poll.wall, x,
+           r->one_batch_poll.cpu);
+  }
+  printf("}\n");
   CHECK(tent_segment_close(e, seg));
   CHECK(tent_unregister(e, rs));
   CHECK(tent_unregister(e, rd));

@@ -13,6 +13,11 @@ installed tent package loads (so C and Python use the same library):
 - a batch of one 64-byte WRITE (submit, wait, destroy): from C, raw
   ctypes, and ``with engine.transfer(requests) as b: b.wait()`` with a
   prebuilt one-request ``tent.request_dtype`` array;
+- the same three one-request calls over shm (two engines of this process
+  with only the shm transport; --iters / 4 of them, each costs more);
+  from C also a batch of one through tent_transfer_poll, which the
+  Python batch uses (the C figure the goal compares with stays the
+  plain tent_transfer + tent_batch_wait + tent_batch_destroy);
 - a batch of --batch 64-byte local WRITEs (submit, wait, destroy): from C,
   raw ctypes, and ``with engine.transfer(requests) as b: b.wait()`` with a
   prebuilt ``tent.request_dtype`` array, per batch and per request;
@@ -152,12 +157,56 @@ def run_python(iters: int, batch: int, repeat: int) -> Dict[str, float]:
                 note("api_batch_us", per_call_us(api_batch, bi))
                 note("make_requests_us", per_call_us(build, bi))
             assert np.array_equal(src, dst)
+    # The same one-request calls over shm: two engines of this process
+    # that have only it (as bench_overhead.c does).
+    with tent.Engine(transports="shm") as sa, tent.Engine(transports="shm") as sb:
+        ssrc, sdst = np.ones(64, np.uint8), np.zeros(64, np.uint8)
+        with sa.register(ssrc) as rs, sb.register(sdst) as rd, sa.open_segment(sb.name) as seg:
+            h = sa.handle
+            one = _lib.Request(tent.WRITE, 0, rs.addr, seg.handle, rd.addr, 64)
+            one_read = _lib.Request(tent.READ, 0, rs.addr, seg.handle, rd.addr, 64)
+            one_req = tent.make_requests("write", rs, seg, rd.addr, local_offsets=[0], lengths=64)
+            one_arr = (_lib.Request * 1).from_address(one_req.ctypes.data)
+            out = ctypes.c_void_p()
+
+            def shm_raw_one_batch() -> None:
+                assert dll.tent_transfer(h, one_arr, 1, None, ctypes.byref(out)) == 0
+                assert dll.tent_batch_wait(out.value, -1) == 0
+                assert dll.tent_batch_destroy(out.value) == 0
+
+            def shm_api_one_batch() -> None:
+                with sa.transfer(one_req) as b:
+                    b.wait()
+
+            def shm_api_write() -> None:
+                sa.write(rs, seg, rd.addr, 64)
+
+            def shm_api_read() -> None:
+                sa.read(rs, seg, rd.addr, 64)
+
+            n = max(iters // 4, 1)
+            for fn in (shm_api_write, shm_api_read, shm_api_one_batch, shm_raw_one_batch):
+                for _ in range(n // 10):  # warm up
+                    fn()
+            for _ in range(repeat):
+                note("ctypes_shm_sync_write_us",
+                     per_call_us(lambda: dll.tent_transfer_sync(h, ctypes.byref(one), 1, None, None), n))
+                note("api_shm_sync_write_us", per_call_us(shm_api_write, n))
+                note("ctypes_shm_sync_read_us",
+                     per_call_us(lambda: dll.tent_transfer_sync(h, ctypes.byref(one_read), 1, None, None), n))
+                note("api_shm_sync_read_us", per_call_us(shm_api_read, n))
+                note("ctypes_shm_one_batch_us", per_call_us(shm_raw_one_batch, n))
+                note("api_shm_one_batch_us", per_call_us(shm_api_one_batch, n))
     best = {k: min(v) for k, v in res.items()}
     for kind in ("", "_cpu"):
         best[f"ctypes_batch_per_request{kind}_us"] = best[f"ctypes_batch{kind}_us"] / batch
         best[f"api_batch_per_request{kind}_us"] = best[f"api_batch{kind}_us"] / batch
         best[f"make_requests_per_request{kind}_us"] = best[f"make_requests{kind}_us"] / batch
     return best
+
+
+# The one-request calls the goal covers, over local and shm.
+ONE_REQUEST = ("sync_write", "sync_read", "one_batch", "shm_sync_write", "shm_sync_read", "shm_one_batch")
 
 
 def main() -> int:
@@ -180,11 +229,10 @@ def main() -> int:
             result[f"batch_overhead_per_request{kind}_us"] = (
                 py[f"api_batch_per_request{kind}_us"] - c[f"batch_per_request{kind}_us"])
         result["goal_met"] = result["batch_overhead_per_request_cpu_us"] <= 2.0
-        for what in ("sync_write", "sync_read", "one_batch"):
+        for what in ONE_REQUEST:
             for kind in ("", "_cpu"):
                 result[f"{what}_overhead{kind}_us"] = py[f"api_{what}{kind}_us"] - c[f"{what}{kind}_us"]
-        result["one_request_goal_met"] = all(result[f"{w}_overhead_cpu_us"] <= 3.0
-                                             for w in ("sync_write", "sync_read", "one_batch"))
+        result["one_request_goal_met"] = all(result[f"{w}_overhead_cpu_us"] <= 3.0 for w in ONE_REQUEST)
     if a.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -194,6 +242,11 @@ def main() -> int:
         ("sync 64 B local WRITE (engine.write)", "sync_write", "ctypes_sync_write", "api_sync_write"),
         ("sync 64 B local READ (engine.read)", "sync_read", "ctypes_sync_read", "api_sync_read"),
         ("batch of 1 x 64 B WRITE (transfer.wait)", "one_batch", "ctypes_one_batch", "api_one_batch"),
+        ("  ... C through tent_transfer_poll", "one_batch_poll", None, None),
+        ("shm: sync 64 B WRITE (engine.write)", "shm_sync_write", "ctypes_shm_sync_write", "api_shm_sync_write"),
+        ("shm: sync 64 B READ (engine.read)", "shm_sync_read", "ctypes_shm_sync_read", "api_shm_sync_read"),
+        ("shm: batch of 1 x 64 B WRITE", "shm_one_batch", "ctypes_shm_one_batch", "api_shm_one_batch"),
+        ("  ... C through tent_transfer_poll", "shm_one_batch_poll", None, None),
         (f"batch of {a.batch} x 64 B WRITE", "batch", "ctypes_batch", "api_batch"),
         ("  ... per request", "batch_per_request", "ctypes_batch_per_request", "api_batch_per_request"),
         (f"make_requests ({a.batch}), per request", None, None, "make_requests_per_request"),
@@ -216,7 +269,9 @@ def main() -> int:
               f"{result['batch_overhead_per_request_cpu_us']:+.3f} us CPU "
               f"(goal <= 2 us: {'met' if result['goal_met'] else 'NOT met'})")
         for what, label in (("sync_write", "engine.write"), ("sync_read", "engine.read"),
-                            ("one_batch", "one-request transfer().wait()")):
+                            ("one_batch", "one-request transfer().wait()"), ("shm_sync_write", "shm engine.write"),
+                            ("shm_sync_read", "shm engine.read"),
+                            ("shm_one_batch", "shm one-request transfer().wait()")):
             print(f"Python over C, {label}: {result[f'{what}_overhead_us']:+.3f} us wall, "
                   f"{result[f'{what}_overhead_cpu_us']:+.3f} us CPU")
         print(f"one request: goal <= 3 us CPU over C: {'met' if result['one_request_goal_met'] else 'NOT met'}")
