@@ -602,9 +602,7 @@ class Engine(_Managed):
         bh = out.value
         if bh is None:  # the call failed: nothing was submitted
             check(st if st < 0 else _lib.TENT_ERR_INTERNAL)
-        batch = Batch(self, bh, n)  # type: ignore[arg-type]
-        batch._succeeded = st == _OK  # a request's failure is wait()'s to raise
-        return batch
+        return Batch(self, bh, n, st == _OK)  # type: ignore[arg-type]  # a failed request is wait()'s to raise
 
     # -- notifications --
 
@@ -1012,7 +1010,7 @@ class Batch(_Child):
     _always_released = True
     _WAIT_SLICE_MS = 200  # waits return to Python this often (Ctrl-C works)
 
-    def __init__(self, engine: Engine, handle: int, n: int) -> None:
+    def __init__(self, engine: Engine, handle: int, n: int, succeeded: bool = False) -> None:
         # _Managed and _Child's fields, set here: one batch per transfer call.
         self._lock = threading.Lock()
         self._engine = engine
@@ -1021,7 +1019,7 @@ class Batch(_Child):
         self._statuses: Any = None
         # Every request had succeeded when the batch was submitted (the
         # library said so): wait() then needs no call.
-        self._succeeded = False
+        self._succeeded = succeeded
 
     def __len__(self) -> int:
         return self._n
@@ -1040,8 +1038,9 @@ class Batch(_Child):
             if h is None:
                 return
             # _Child._release, written out for the one-request path.
-            if self._engine._handle is not None:
-                st = _lib.lib().tent_batch_destroy(h)
+            engine = self._engine
+            if engine._handle is not None:
+                st = engine._calls.tent_batch_destroy(h)
                 if st < 0 and not (st == _lib.TENT_ERR_INVALID_HANDLE and self._engine._handle is None):
                     if st != _lib.TENT_ERR_FORKED:
                         self._handle = None  # gone even though the call reports an error (tent.h)
@@ -1073,9 +1072,10 @@ class Batch(_Child):
         h = self._handle
         if h is None:
             h = self.handle  # raises
-        if self._succeeded and timeout is None and self._engine._handle is not None:
+        engine = self._engine
+        if self._succeeded and timeout is None and engine._handle is not None:
             return  # finished when submitted: nothing to wait for
-        dll = _lib.lib()
+        dll = engine._calls
         if timeout is None:  # the common case: one slice, and done
             st = dll.tent_batch_wait(h, self._WAIT_SLICE_MS)
             if st == _OK:
