@@ -24,6 +24,9 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	var hint *installed
 	if o.Transport != "" {
 		if hint = e.mover(o.Transport); hint == nil {
+			if why := e.Unavailable()[o.Transport]; why != "" {
+				return nil, status.Errorf(status.Unsupported, "transport %q cannot serve on this machine: %s", o.Transport, why)
+			}
 			return nil, status.Errorf(status.NotFound, "transport %q is not installed or cannot move data", o.Transport)
 		}
 	}

@@ -452,9 +452,13 @@ typedef struct tent_transfer_options {
   const void *notify;     /* message delivered to each target segment after
                              all of the batch's data arrived; NULL = none */
   size_t notify_len;      /* <= 65536 */
-  const char *transport;  /* "local", "shm", "tcp", "cuda": only this transport
-                             serves the batch (no retry elsewhere); NULL = the
-                             first eligible, with one retry on the next */
+  const char *transport;  /* "local", "shm", "tcp", "cuda", "rdma": only this
+                             transport serves the batch (no retry elsewhere);
+                             NULL = the first eligible, with one retry on the
+                             next. One this machine cannot serve (stats'
+                             "unavailable") fails tent_transfer with
+                             UNSUPPORTED and the reason; one uninstalled,
+                             NOT_FOUND */
 } tent_transfer_options;
 
 #define TENT_TRANSFER_OPTIONS_INIT { sizeof(tent_transfer_options), 0, 0, NULL, 0, NULL }

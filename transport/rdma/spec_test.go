@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
 
@@ -31,4 +32,19 @@ func TestSpecRanksBetweenShmAndTCP(t *testing.T) {
 	require.Less(t, s.Rank, tcp.Rank)
 	require.Greater(t, s.Rank, 30, "after shm")
 	require.Equal(t, []uint8{KindConnect}, s.Kinds)
+}
+
+// Naming rdma for a transfer on such an engine is UNSUPPORTED, with the
+// reason, not a bare "not installed".
+func TestNamingUnavailableRDMAIsUnsupported(t *testing.T) {
+	missing := filepath.Join(t.TempDir(), "libibverbs.so.1")
+	e, err := core.New(core.Options{Available: []core.TransportSpec{Spec(Options{Library: missing}), tcp.Spec(tcp.Options{})}})
+	require.NoError(t, err)
+	defer e.Close()
+	_, err = e.Submit([]core.TransferRequest{{Op: core.OpWrite, Len: 1}}, core.TransferOptions{Transport: Name})
+	require.ErrorIs(t, err, status.ErrUnsupported)
+	require.ErrorContains(t, err, "no verbs library")
+	require.NoError(t, e.Uninstall(tcp.Name))
+	_, err = e.Submit([]core.TransferRequest{{Op: core.OpWrite, Len: 1}}, core.TransferOptions{Transport: tcp.Name})
+	require.ErrorIs(t, err, status.ErrNotFound, "an uninstalled transport is not found")
 }
