@@ -247,6 +247,32 @@ def test_request_array_transferred_again(engine, self_segment):
         assert np.array_equal(dst[:300], src[:300])
 
 
+def test_wait_of_a_batch_finished_when_submitted():
+    """A local batch is usually done when transfer() returns; wait() then
+    needs no call, but still refuses a closed batch or engine and checks
+    its timeout."""
+    e = tent.Engine()
+    src = np.arange(64, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    rs, rd, seg = e.register(src), e.register(dst), e.open_segment(e.name)
+    reqs = tent.make_requests("write", rs, seg, rd.addr, local_offsets=[0], lengths=64)
+    b = e.transfer(reqs)
+    if b._succeeded:  # the library said so: the data is there before any wait
+        assert b.done and np.array_equal(src, dst)
+    b.wait()
+    assert np.array_equal(src, dst)
+    b.wait(timeout=1)
+    with pytest.raises(TypeError):
+        b.wait(timeout="1")
+    b.close()
+    with pytest.raises(tent.InvalidHandle):
+        b.wait()
+    b = e.transfer(reqs)
+    e.close()
+    with pytest.raises(tent.InvalidHandle):
+        b.wait()
+
+
 def test_sync_results_of_each_call(engine, self_segment):
     """engine.write/read return each call's own result (equal results may
     be one object: they are immutable)."""
