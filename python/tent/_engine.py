@@ -44,6 +44,8 @@ from ._requests import READ, WRITE, RequestResult, _dtypes, opcode, request_dtyp
 _OK = _lib.TENT_OK
 _PENDING = _lib.TENT_PENDING
 _UNSET = ctypes.c_size_t(-1).value  # an out-parameter the library did not write
+# Constant arguments of the untyped calls (_lib.UNTYPED), never modified.
+_ONE = ctypes.c_size_t(1)
 
 # ---- helpers ---------------------------------------------------------------
 
@@ -216,6 +218,8 @@ class Engine(_Managed):
         self._allocs: "weakref.WeakSet[AllocatedRegion]" = weakref.WeakSet()
         self._request_views = _RequestViews()
         self._calls = dll
+        self._fast = _lib.untyped()
+        self._handle_arg = c_void_p(self._handle)  # for the untyped calls: never modified
         _live_engines.add(self)
 
     def __repr__(self) -> str:
@@ -526,7 +530,7 @@ class Engine(_Managed):
         bufs = cache.pop("v", None) or _SyncBufs()
         try:
             _REQUEST_LAYOUT.pack_into(bufs.req, 0, op, 0, addr, seg, remote_addr, length)
-            st = bufs.call(h, bufs.preq, 1, opts if opts is None else byref(opts), bufs.pstatus)
+            st = bufs.call(self._handle_arg, bufs.preq, _ONE, opts if opts is None else byref(opts), bufs.pstatus)
             del keep, okeep
             if st < 0:
                 check(st)
@@ -597,12 +601,15 @@ class Engine(_Managed):
         out = c_void_p()
         # Submits and reports the batch's state at once: a transfer already
         # finished (small local and shm ones often are) needs no wait call.
-        st = self._calls.tent_transfer_poll(h, arr, n, opts if opts is None else byref(opts), byref(out))
+        st = self._fast.tent_transfer_poll(self._handle_arg, arr, _ONE if n == 1 else c_size_t(n),
+                                           opts if opts is None else byref(opts), byref(out))
         del keep, okeep
         bh = out.value
         if bh is None:  # the call failed: nothing was submitted
             check(st if st < 0 else _lib.TENT_ERR_INTERNAL)
-        return Batch(self, bh, n, st == _OK)  # type: ignore[arg-type]  # a failed request is wait()'s to raise
+        # A failed request is wait()'s to raise. out (a c_void_p) is the
+        # batch handle's argument for the untyped calls.
+        return Batch(self, bh, n, st == _OK, out)  # type: ignore[arg-type]
 
     # -- notifications --
 
@@ -659,7 +666,7 @@ class _SyncBufs:
     def __init__(self) -> None:
         self.req, self.status = _lib.Request(), _lib.RequestStatus()
         self.preq, self.pstatus = byref(self.req), byref(self.status)
-        self.call = _lib.lib().tent_transfer_sync
+        self.call = _lib.untyped().tent_transfer_sync
         self.results: Dict[Tuple[int, ...], RequestResult] = {}
 
     def result(self) -> RequestResult:
@@ -1009,12 +1016,14 @@ class Batch(_Child):
     _kind = "batch"
     _always_released = True
     _WAIT_SLICE_MS = 200  # waits return to Python this often (Ctrl-C works)
+    _WAIT_SLICE = ctypes.c_int64(_WAIT_SLICE_MS)  # the same, for the untyped call; never modified
 
-    def __init__(self, engine: Engine, handle: int, n: int, succeeded: bool = False) -> None:
+    def __init__(self, engine: Engine, handle: int, n: int, succeeded: bool, handle_arg: c_void_p) -> None:
         # _Managed and _Child's fields, set here: one batch per transfer call.
         self._lock = threading.Lock()
         self._engine = engine
         self._handle = handle
+        self._handle_arg = handle_arg  # c_void_p(handle), never modified
         self._n = n
         self._statuses: Any = None
         # Every request had succeeded when the batch was submitted (the
@@ -1040,7 +1049,7 @@ class Batch(_Child):
             # _Child._release, written out for the one-request path.
             engine = self._engine
             if engine._handle is not None:
-                st = engine._calls.tent_batch_destroy(h)
+                st = engine._fast.tent_batch_destroy(self._handle_arg)
                 if st < 0 and not (st == _lib.TENT_ERR_INVALID_HANDLE and self._engine._handle is None):
                     if st != _lib.TENT_ERR_FORKED:
                         self._handle = None  # gone even though the call reports an error (tent.h)
@@ -1077,7 +1086,7 @@ class Batch(_Child):
             return  # finished when submitted: nothing to wait for
         dll = engine._calls
         if timeout is None:  # the common case: one slice, and done
-            st = dll.tent_batch_wait(h, self._WAIT_SLICE_MS)
+            st = engine._fast.tent_batch_wait(self._handle_arg, self._WAIT_SLICE)
             if st == _OK:
                 return
         ms = _check.millis(timeout, "timeout", zero_is_default=False, inf_ok=True)

@@ -258,10 +258,39 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "tent_log_set_callback": (tent_status, [tent_log_fn, c_void_p]),
 }
 
+# The functions of the one-request path, declared a second time without
+# argtypes: ctypes then converts nothing, which saves a from_param call per
+# argument (about a third of a ctypes call into the library). Every
+# argument passed to them must be a ctypes object of exactly the C
+# parameter's type (c_void_p for a handle, c_size_t, c_int64, byref() or a
+# ctypes array for a pointer) or None for NULL: a plain int would be passed
+# as a C int.
+UNTYPED = ("tent_transfer_sync", "tent_transfer_poll", "tent_batch_wait", "tent_batch_destroy")
+
+
+class Untyped:
+    """The UNTYPED functions of a loaded library, as attributes (the slots
+    are UNTYPED, spelled out for the type checker)."""
+
+    __slots__ = ("tent_transfer_sync", "tent_transfer_poll", "tent_batch_wait", "tent_batch_destroy")
+    tent_transfer_sync: Any
+    tent_transfer_poll: Any
+    tent_batch_wait: Any
+    tent_batch_destroy: Any
+
+    def __init__(self, dll: ctypes.CDLL) -> None:
+        assert self.__slots__ == UNTYPED
+        for name in UNTYPED:
+            fn = dll[name]  # a new function object: the declared one keeps its argtypes
+            fn.restype = FUNCTIONS[name][0]
+            setattr(self, name, fn)
+
+
 # ---- Loading ---------------------------------------------------------------
 
 _lock = threading.Lock()
 _lib: Optional[ctypes.CDLL] = None
+_untyped: Optional[Untyped] = None
 _path: Optional[str] = None
 # True in a child forked after the library was loaded: every call fails with
 # TENT_ERR_FORKED there, and finalizers skip the library entirely.
@@ -326,7 +355,7 @@ def lib() -> ctypes.CDLL:
 
 
 def _load() -> ctypes.CDLL:
-    global _lib, _path
+    global _lib, _path, _untyped
     from ._errors import LibraryError, VersionMismatch
 
     with _lock:
@@ -356,9 +385,20 @@ def _load() -> ctypes.CDLL:
         if missing:
             raise LibraryError(f"{path} lacks functions this tent package needs: {', '.join(missing)}")
         _declare(dll)
+        _untyped = Untyped(dll)
         _path = path
         _lib = dll
         return dll
+
+
+def untyped() -> Untyped:
+    """The loaded library's UNTYPED functions (loading it on first use)."""
+    u = _untyped
+    if u is None:
+        lib()
+        u = _untyped
+        assert u is not None
+    return u
 
 
 def loaded_path() -> Optional[str]:
