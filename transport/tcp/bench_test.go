@@ -3,6 +3,7 @@ package tcp_test
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -56,6 +57,13 @@ func BenchmarkTransfer(b *testing.B) {
 		}
 	}
 	b.Run("write/4KiB/batch1", func(b *testing.B) {
+		benchBatches(b, e, seg, peer.PID, core.OpWrite, host.Addr(local), remote, span, 4<<10, 1)
+	})
+	// A C caller's goroutine is locked to its thread (a cgo callback):
+	// its wake-up is a thread's, not a goroutine's.
+	b.Run("write/4KiB/batch1/locked", func(b *testing.B) {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		benchBatches(b, e, seg, peer.PID, core.OpWrite, host.Addr(local), remote, span, 4<<10, 1)
 	})
 	for _, op := range []core.Op{core.OpWrite, core.OpRead} {

@@ -3,6 +3,7 @@ package tcp
 import (
 	"errors"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -478,7 +479,19 @@ func (c *conn) readLoop(nc net.Conn) {
 			ch.s.chunkDone(rerr, false)
 		}
 		c.reading.Store(nil)
+		if rd.buffered() == 0 && c.idle() {
+			// Nothing more is due: let the caller this reply woke run
+			// now, before the read that will only find the socket empty.
+			runtime.Gosched()
+		}
 	}
+}
+
+// idle reports whether no chunk awaits its reply.
+func (c *conn) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.sent.len() == 0
 }
 
 // clientSource is the reader's view of the socket: it counts bytes and
