@@ -122,6 +122,10 @@
 // has a writer goroutine (it dials, then sends whatever is queued, up to
 // 4 MiB or 512 requests per writev, without waiting for replies) and a
 // reader goroutine (it takes replies in order and completes requests).
+// When a stream is up and idle (nothing queued or awaiting a reply, no
+// write in progress), Submit writes up to 64 KiB itself instead of waking
+// the writer: whoever writes holds the connection's writing flag, so the
+// requests go out in id order either way.
 // Target: the engine's listener runs one handler per accepted connection;
 // it serves requests in order and writes the collected replies (one
 // writev, READ payloads straight from registered memory, which stays
