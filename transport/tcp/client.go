@@ -110,6 +110,7 @@ func (c *conn) writeInline() {
 	c.mu.Lock()
 	nc := c.nc
 	c.mu.Unlock()
+	c.t.inlineW.Add(1)
 	c.writeGroup(nc)
 }
 
@@ -375,6 +376,7 @@ func (c *conn) writeLoop() {
 		c.writing = true
 		c.takeGroupLocked()
 		c.mu.Unlock()
+		c.t.writerW.Add(1)
 		if !c.writeGroup(nc) {
 			return
 		}

@@ -1,6 +1,8 @@
 package tcp_test
 
 import (
+	"bytes"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/tcp"
 )
 
 // gatedConn is a data connection whose writes, once armed, stop until the
@@ -66,6 +69,7 @@ func TestInlineWriteRacingClose(t *testing.T) {
 	code, _, err := run(t, e, req, 30*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Len(t, conns, 1)
+	require.Equal(t, int64(1), tr.Stats()["writes_by_writer"], "the first request dials: the writer sends it")
 	g := <-conns
 	g.mu.Lock()
 	g.armed = true
@@ -98,4 +102,67 @@ func TestInlineWriteRacingClose(t *testing.T) {
 	require.Zero(t, st.DuplicateCompletions)
 	require.Zero(t, st.RequestsInFlight)
 	require.Zero(t, st.Batches)
+}
+
+// Submitters writing inline and the writer goroutine share one stream: a
+// write from one may start while the other's replies are due. Every byte
+// must still land where its request said, every request complete once,
+// and the stream never see a reply out of order (a protocol error).
+func TestInlineAndWriterShareAStream(t *testing.T) {
+	const workers, rounds, block = 4, 150, 4096
+	peer := startPeer(t, workers*2*block)
+	e, tr := newEngineWith(t, core.Options{}, tcp.Options{Streams: 1})
+	src := alloc(t, e, workers*2*block, 0)
+	dst := alloc(t, e, workers*2*block, 0)
+	seg := openSegment(t, e, peer.Name)
+	remote := peer.Buffers[0].Addr
+
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			off := uint64(w * 2 * block)
+			out, in := src[off:off+2*block], dst[off:off+2*block]
+			for i := 0; i < rounds; i++ {
+				for k := range out {
+					out[k] = byte(w*31 + i + k)
+				}
+				// A batch of one (inline when the stream is idle), then
+				// one of two (to the writer when the stream is busy).
+				for _, n := range []int{1, 2} {
+					reqs := make([]core.TransferRequest, n)
+					for j := range reqs {
+						o := off + uint64(j*block)
+						reqs[j] = core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src) + o, Segment: seg, Remote: remote + o, Len: block}
+					}
+					if code, _, err := run(t, e, reqs, 30*time.Second); code != status.OK {
+						errs <- err
+						return
+					}
+				}
+				reqs := []core.TransferRequest{{Op: core.OpRead, Local: host.Addr(dst) + off, Segment: seg, Remote: remote + off, Len: 2 * block}}
+				if code, _, err := run(t, e, reqs, 30*time.Second); code != status.OK {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(in, out) {
+					errs <- fmt.Errorf("worker %d round %d: the data read back differs from the data written", w, i)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	st := tr.Stats()
+	require.Zero(t, st["protocol_errors"], "%v", st)
+	require.Equal(t, int64(1), st["dials"], "one stream carried everything: %v", st)
+	require.Positive(t, st["writes_inline"], "%v", st)
+	require.Positive(t, st["writes_by_writer"], "%v", st)
+	require.Zero(t, e.Stats().DuplicateCompletions)
 }

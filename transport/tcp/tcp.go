@@ -62,6 +62,8 @@ type Transport struct {
 	staged     atomic.Int64 // bytes copied through them
 	canceled   atomic.Int64 // requests Cancel found in flight
 	idleClosed atomic.Int64 // connections closed for being idle
+	inlineW    atomic.Int64 // groups written by their submitter
+	writerW    atomic.Int64 // groups written by a connection's writer goroutine
 
 	// wrapConn, when set (by the tests, before the first dial), wraps
 	// each data connection this transport dials: fault injection.
@@ -507,6 +509,8 @@ func (t *Transport) Stats() map[string]int64 {
 		"bytes_staged":       t.staged.Load(),
 		"canceled":           t.canceled.Load(),
 		"idle_closed":        t.idleClosed.Load(),
+		"writes_inline":      t.inlineW.Load(),
+		"writes_by_writer":   t.writerW.Load(),
 	}
 }
 
