@@ -406,3 +406,24 @@ func TestDoneWithNonErrorCode(t *testing.T) {
 	require.NotEqual(t, status.Pending, c2, "request the mover completed stays PENDING forever")
 	require.Equal(t, status.Internal, c2)
 }
+
+// Wait(-1) ends at the batch's deadline even while the mover still holds
+// the request: the batch's deadline finishes it, not a timer of the wait.
+func TestWaitForeverEndsAtTheDeadline(t *testing.T) {
+	a, m, seg, L, R := fakeSetup(t, core.Options{})
+	m.Hold()
+	batch, err := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: L, Segment: seg, Remote: R, Len: 8}},
+		core.TransferOptions{Timeout: 20 * time.Millisecond})
+	require.NoError(t, err)
+	<-m.Entered()
+	waited := make(chan status.Code, 1)
+	go func() { c, _ := batch.Wait(-1); waited <- c }()
+	select {
+	case c := <-waited:
+		require.Equal(t, status.Timeout, c)
+	case <-time.After(30 * time.Second):
+		t.Fatal("Wait(-1) still waiting long after the batch's deadline")
+	}
+	m.ReleaseAll()
+	<-batch.Settled()
+}
