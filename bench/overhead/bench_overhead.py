@@ -1,8 +1,10 @@
 """Per-call overhead of the Python layer, next to ctypes and C, in one run.
 
-    python bench/overhead/bench_overhead.py [--iters N] [--batch 128] [--repeat 3] [--json]
+    python bench/overhead/bench_overhead.py [--iters N] [--batch 128] [--repeat 3] [--rounds 2] [--json]
 
-Measures, best of --repeat rounds, all against the libtent.so the
+Measures, best of --repeat rounds in each of --rounds Python runs, each
+run between two runs of the C side (C, Python, C, Python, C: both see the
+same spread of a shared machine's load), all against the libtent.so the
 installed tent package loads (so C and Python use the same library):
 
 - a plain C call (tent_version) and a cheap call into Go
@@ -14,7 +16,8 @@ installed tent package loads (so C and Python use the same library):
   ctypes, and ``with engine.transfer(requests) as b: b.wait()`` with a
   prebuilt one-request ``tent.request_dtype`` array;
 - the same three one-request calls over shm (two engines of this process
-  with only the shm transport; --iters / 4 of them, each costs more);
+  with only the shm transport; the best of 7 rounds of --iters / 10,
+  shm's cost swinging with the machine's load);
   from C also a batch of one through tent_transfer_poll, which the
   Python batch uses (the C figure the goal compares with stays the
   plain tent_transfer + tent_batch_wait + tent_batch_destroy);
@@ -85,6 +88,15 @@ def run_c(iters: int, batch: int, repeat: int) -> Dict[str, float]:
                     continue
                 best[k] = min(best.get(k, float("inf")), v)
         return best
+
+
+# shm's cost swings with the machine's load: its figures are the best of
+# at least SHM_ROUNDS rounds of shm_iters calls (bench_overhead.c: the same).
+SHM_ROUNDS = 7
+
+
+def shm_iters(iters: int) -> int:
+    return max(iters // 10, 1)
 
 
 def run_python(iters: int, batch: int, repeat: int) -> Dict[str, float]:
@@ -184,11 +196,11 @@ def run_python(iters: int, batch: int, repeat: int) -> Dict[str, float]:
             def shm_api_read() -> None:
                 sa.read(rs, seg, rd.addr, 64)
 
-            n = max(iters // 4, 1)
+            n = shm_iters(iters)
             for fn in (shm_api_write, shm_api_read, shm_api_one_batch, shm_raw_one_batch):
                 for _ in range(n // 10):  # warm up
                     fn()
-            for _ in range(repeat):
+            for _ in range(max(repeat, SHM_ROUNDS)):  # shm swings with the load: more, shorter rounds
                 note("ctypes_shm_sync_write_us",
                      per_call_us(lambda: dll.tent_transfer_sync(h, ctypes.byref(one), 1, None, None), n))
                 note("api_shm_sync_write_us", per_call_us(shm_api_write, n))
@@ -214,14 +226,20 @@ def main() -> int:
     p.add_argument("--iters", type=int, default=20000)
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--repeat", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2, help="Python runs, each between two C runs")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     load_before = os.getloadavg()[0]
-    c1 = run_c(a.iters, a.batch, a.repeat)
-    py = run_python(a.iters, a.batch, a.repeat)
-    c2 = run_c(a.iters, a.batch, a.repeat)  # before and after: the C figures bracket the Python ones
-    c = {k: min(c1[k], c2[k]) for k in c1} if c1 else {}
-    result = {"c": c, "python": py, "batch": a.batch, "iters": a.iters, "repeat": a.repeat,
+    # C, Python, C, ... Python, C: each side gets the same spread of the
+    # machine's load (which swings on a shared machine), best of all.
+    cs = [run_c(a.iters, a.batch, a.repeat)]
+    pys = []
+    for _ in range(a.rounds):
+        pys.append(run_python(a.iters, a.batch, a.repeat))
+        cs.append(run_c(a.iters, a.batch, a.repeat))
+    c = {k: min(r[k] for r in cs) for k in cs[0]} if cs[0] else {}
+    py = {k: min(r[k] for r in pys) for k in pys[0]}
+    result = {"c": c, "python": py, "batch": a.batch, "iters": a.iters, "repeat": a.repeat, "rounds": a.rounds,
               "libtent": tent.version(), "library": _lib.loaded_path(), "python_version": sys.version.split()[0],
               "cpus": os.cpu_count(), "loadavg_1min": [load_before, os.getloadavg()[0]]}
     if c:
@@ -258,7 +276,7 @@ def main() -> int:
         return f"{d[f'{key}_us']:8.3f} {d[f'{key}_cpu_us']:8.3f}"
 
     print(f"tent {tent.version()} ({_lib.loaded_path()}), Python {result['python_version']}, "
-          f"best of {a.repeat}; {result['cpus']} CPUs, load average "
+          f"best of {a.repeat} x {a.rounds} rounds; {result['cpus']} CPUs, load average "
           f"{load_before:.1f} before, {os.getloadavg()[0]:.1f} after")
     print(f"microseconds per call: wall time, and process CPU time (all threads)")
     print(f"{'':38} {'C (wall, cpu)':>17} {'ctypes (wall, cpu)':>18} {'tent API (wall, cpu)':>20}")
