@@ -20,10 +20,12 @@ const (
 	maxGroupBytes  = 4 << 20
 	maxGroupChunks = 512
 	// inlineMax bounds what a submitter writes itself on an idle stream
-	// (instead of waking the writer): small enough that the socket's
-	// send buffer, drained when nothing awaits a reply, takes it without
-	// blocking the submitter.
-	inlineMax = 64 << 10
+	// (instead of waking the writer). It must fit the socket's send
+	// buffer (16 KiB before autotuning grows it; drained when nothing
+	// awaits a reply) even when the peer advertises no window, so that
+	// the write never blocks the submitter: Submit returns at once, and
+	// Uninstall does not wait on a stalled peer for the deadline.
+	inlineMax = 8 << 10
 )
 
 // conn is one stream to a peer: a writer goroutine that dials and then

@@ -85,3 +85,27 @@ func SetIdleTimeout(d time.Duration) (restore func()) {
 // WrapConns makes the transport wrap each data connection it dials with
 // f; call it before the first transfer.
 func (t *Transport) WrapConns(f func(net.Conn) net.Conn) { t.wrapConn = f }
+
+// InlineMax is the most a submitter writes itself on an idle stream.
+const InlineMax = inlineMax
+
+// Writing reports whether a goroutine is writing on any of the
+// transport's streams (it lets go just after its write returns, which
+// may be after the reply has completed the request).
+func (t *Transport) Writing() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, p := range t.pools {
+		for _, c := range p.conns {
+			if c != nil {
+				c.mu.Lock()
+				w := c.writing
+				c.mu.Unlock()
+				if w {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}

@@ -1,11 +1,13 @@
 package tcp_test
 
 import (
+	"context"
 	"encoding/binary"
 	"io"
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -25,7 +27,7 @@ import (
 type fakePeer struct {
 	t    testing.TB
 	ln   net.Listener
-	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "late": answer at answerAt
+	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "late": answer at answerAt; "once": answer one WRITE, then never read, with the smallest receive buffer
 	desc []byte
 	inc  uint64
 	// answerAt (unix nanoseconds) is when a "late" peer answers the WRITEs
@@ -41,7 +43,15 @@ type fakePeer struct {
 const fakeBase = 1 << 40
 
 func startFake(t testing.TB, mode string) *fakePeer {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	var lc net.ListenConfig
+	if mode == "once" {
+		// Set on the listener, the small buffer holds from the handshake
+		// on: the window stays small, and no autotuning grows it.
+		lc.Control = func(_, _ string, rc syscall.RawConn) error {
+			return rc.Control(func(fd uintptr) { _ = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 1) })
+		}
+	}
+	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
 	f := &fakePeer{t: t, ln: ln, mode: mode, inc: 0xfa4e, done: make(chan struct{})}
@@ -129,9 +139,13 @@ func (f *fakePeer) serve(c net.Conn) {
 			_, _ = io.ReadFull(c, make([]byte, 1000))
 			_ = c.(*net.TCPConn).SetLinger(0)
 			c.Close()
-		case "late":
+		case "late", "once":
 			hdr := make([]byte, 24)
-			for {
+			for answered := 0; ; answered++ {
+				if f.mode == "once" && answered == 1 {
+					<-f.done // hold the connection, never read again
+					return
+				}
 				if _, err := io.ReadFull(c, hdr); err != nil {
 					return
 				}

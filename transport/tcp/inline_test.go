@@ -70,6 +70,7 @@ func TestInlineWriteRacingClose(t *testing.T) {
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Len(t, conns, 1)
 	require.Equal(t, int64(1), tr.Stats()["writes_by_writer"], "the first request dials: the writer sends it")
+	require.Eventually(t, func() bool { return !tr.Writing() }, 10*time.Second, time.Millisecond)
 	g := <-conns
 	g.mu.Lock()
 	g.armed = true
@@ -165,4 +166,34 @@ func TestInlineAndWriterShareAStream(t *testing.T) {
 	require.Positive(t, st["writes_inline"], "%v", st)
 	require.Positive(t, st["writes_by_writer"], "%v", st)
 	require.Zero(t, e.Stats().DuplicateCompletions)
+}
+
+// A peer that answered once and then stops reading, with next to no
+// receive window: the next request finds the stream idle and is written
+// inline, and that write must not block Submit (nor, through Submit, the
+// transport's Uninstall) until the deadline.
+func TestInlineWriteNeverBlocksOnAStalledPeer(t *testing.T) {
+	f := startFake(t, "once")
+	e, tr := newEngine(t, core.Options{})
+	local := register(t, e, tcp.InlineMax, 0)
+	seg, err := e.OpenSegment(f.addr())
+	require.NoError(t, err)
+	req := []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg, Remote: fakeBase, Len: tcp.InlineMax}}
+	code, _, err := run(t, e, req, 30*time.Second)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Eventually(t, func() bool { return !tr.Writing() }, 10*time.Second, time.Millisecond)
+
+	b, err := e.Submit(req, core.TransferOptions{Timeout: time.Minute})
+	require.NoError(t, err)
+	// Had the write blocked, Submit would have returned at the deadline,
+	// with the request already failed.
+	code, _, _ = b.Status(nil)
+	require.Equal(t, status.Pending, code)
+	require.Equal(t, int64(1), tr.Stats()["writes_inline"])
+	require.NoError(t, e.Uninstall("tcp"))
+	code, _ = b.Wait(-1)
+	require.Contains(t, []status.Code{status.Closed, status.TransportError}, code)
+	<-b.Settled()
+	e.ReleaseBatch(b)
+	requireIdle(t, tr)
 }
