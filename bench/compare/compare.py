@@ -26,8 +26,14 @@ Engines (--engines, comma-separated):
   tent-shm-vm     tent, transport shm, plain registered target memory (process_vm_readv/writev)
   mooncake-tcp    mooncake-transfer-engine-non-cuda, protocol "tcp", P2PHANDSHAKE metadata
   mooncake-tent   the same with MC_USE_TENT=1 (its TENT backend, if the wheel has one)
+  mooncake-api-on-tent  "Mooncake API on tent": mooncake-tcp's client loop, unchanged, on
+                  tent.compat.mooncake (what the tent-compat wheel installs as
+                  mooncake.engine): protocol "tcp" is tent's tcp transport
   nixl-ucx        NIXL, UCX backend, UCX's own transport choice (cma on one host)
   nixl-ucx-tcp    NIXL, UCX backend, UCX_TLS=tcp
+  nixl-api-on-tent  "NIXL API on tent": nixl-ucx's client loop, unchanged, on
+                  tent.compat.nixl: the UCX backend is served by tent's best
+                  transport for the peer (shm on one host)
   tcp-floor       not an engine: bench/c/tcp_pingpong.c, the same batches over one
                   loopback TCP socket in C (TCP_NODELAY; one send() per block and a
                   round trip per batch), the floor for the tcp-class engines
@@ -70,14 +76,17 @@ from sweep import iperf3_gbps, loadavg, machine, memcpy_gbps, parse_sizes, plot,
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 PINGPONG = os.path.join(ROOT, "build", "bench", "tcp_pingpong")
-ALL_ENGINES = ["tent-tcp", "tent-shm", "tent-shm-vm", "mooncake-tcp", "mooncake-tent", "nixl-ucx", "nixl-ucx-tcp",
-               "tcp-floor"]
+ALL_ENGINES = ["tent-tcp", "tent-shm", "tent-shm-vm", "mooncake-tcp", "mooncake-tent", "mooncake-api-on-tent",
+               "nixl-ucx", "nixl-ucx-tcp", "nixl-api-on-tent", "tcp-floor"]
 DEFAULT_ENGINES = ALL_ENGINES
 FLOORS = {"tcp-floor"}  # measured beside the engines, moving no engine's data: nothing to --check
 THREADED = {"tent-tcp", "tcp-floor"}  # the engines whose initiator runs threads (the "threads" phase)
 # what each engine is compared with: its class and the limit that applies
 KIND = {"tent-tcp": "tcp", "mooncake-tcp": "tcp", "mooncake-tent": "tcp", "nixl-ucx-tcp": "tcp",
-        "tent-shm": "shm", "tent-shm-vm": "shm", "nixl-ucx": "shm", "tcp-floor": "tcp"}
+        "tent-shm": "shm", "tent-shm-vm": "shm", "nixl-ucx": "shm", "tcp-floor": "tcp",
+        "mooncake-api-on-tent": "tcp", "nixl-api-on-tent": "shm"}
+# the client loops of peers.py run against tent's drop-in APIs (tent.compat) instead of the wheels
+ON_TENT = {"mooncake-api-on-tent", "nixl-api-on-tent"}
 ONE_BLOCK = 4096  # the "one" phase: a batch of one request of this size
 THREADS_BLOCK, THREADS = 65536, 2  # the "threads" phase
 UCX_ENV = {"UCX_NET_DEVICES": "lo", "UCX_PROTO_INFO": "y"}
@@ -110,11 +119,15 @@ def command(engine: str, phase: Tuple[str, int, str, int], args: argparse.Namesp
         t = {"tent-tcp": "tcp", "tent-shm": "shm:alloc", "tent-shm-vm": "shm:register"}[engine]
         return [py, os.path.join(HERE, "..", "sweep", "sweep.py"), "--transport", t, "--threads", str(threads),
                 "--no-limits", "--no-progress", "--json", out, *common], env
+    on_tent = ["--on-tent"] if engine in ON_TENT else []
     if engine.startswith("mooncake"):
         if engine == "mooncake-tent":
             env["MC_USE_TENT"] = "1"
         return [py, os.path.join(HERE, "peers.py"), "--engine", "mooncake", "--label", engine, "--transport", "tcp",
-                "--json", out] + common, env
+                *on_tent, "--json", out] + common, env
+    if on_tent:
+        return [py, os.path.join(HERE, "peers.py"), "--engine", "nixl", "--label", engine, "--transport", "tent",
+                *on_tent, "--json", out] + common, env
     env.update(UCX_ENV)
     if engine == "nixl-ucx-tcp":
         env["UCX_TLS"] = "tcp"
@@ -171,7 +184,7 @@ def run_engine(engine: str, phase: Tuple[str, int, str, int], run: int, args: ar
         out["crash"] = f"timed out after {args.engine_timeout} s"
     elif rc < 0:
         out["crash"] = f"the initiator process was killed by {signal.Signals(-rc).name}"
-    if engine.startswith("nixl"):
+    if engine.startswith("nixl") and engine not in ON_TENT:
         out["ucx"] = ucx_choice(text)
     if engine == "mooncake-tent":
         classic = "transfer_engine_impl.cpp" in text and "tcp_transport.cpp" in text

@@ -1,6 +1,6 @@
 """The comparison's workload on Mooncake's transfer engine and on NIXL.
 
-    python bench/compare/peers.py --engine mooncake|nixl [--block-size 4K-64M] [--op write,read]
+    python bench/compare/peers.py --engine mooncake|nixl [--on-tent] [--block-size 4K-64M] [--op write,read]
         [--batch 128] [--duration 2] [--span 256M] [--json FILE] [--check]
 
 Runs in bench/compare/.venv-peers (the peers and the tent wheel installed
@@ -28,6 +28,12 @@ per point (at least one batch), after an untimed warm-up of at most
 The control channel to the target is a pair of pipes on fds given on the
 command line (the libraries print on stdout). Output: the same JSON lines as
 the sweep ("meta", "point"/"error" records, "summary"), each with "engine".
+
+--on-tent runs the same client code (every call above, unchanged) against
+tent's drop-in APIs instead of the wheels: `tent.compat.mooncake` and
+`tent.compat.nixl` (what the tent-compat wheel installs as `mooncake.engine`
+and `nixl`). Mooncake's "tcp" protocol is tent's tcp transport; NIXL's UCX
+backend is served by tent's best transport for the peer (shm on one host).
 """
 
 from __future__ import annotations
@@ -64,8 +70,11 @@ class Mapping:
 class Mooncake:
     name = "mooncake"
 
-    def __init__(self, mem: Mapping) -> None:
-        from mooncake.engine import TransferEngine
+    def __init__(self, mem: Mapping, on_tent: bool) -> None:
+        if on_tent:
+            from tent.compat.mooncake import TransferEngine
+        else:
+            from mooncake.engine import TransferEngine
 
         self.mem = mem
         self.e = TransferEngine()
@@ -105,8 +114,11 @@ class Mooncake:
 class Nixl:
     name = "nixl"
 
-    def __init__(self, mem: Mapping, agent_name: str) -> None:
-        from nixl._api import nixl_agent, nixl_agent_config
+    def __init__(self, mem: Mapping, agent_name: str, on_tent: bool) -> None:
+        if on_tent:
+            from tent.compat.nixl._api import nixl_agent, nixl_agent_config
+        else:
+            from nixl._api import nixl_agent, nixl_agent_config
 
         self.mem = mem
         self.agent = nixl_agent(agent_name, nixl_agent_config(backends=["UCX"]))
@@ -148,11 +160,11 @@ class Nixl:
         self.agent.deregister_memory(self.reg)
 
 
-def make_engine(kind: str, mem: Mapping, role: str) -> Any:
+def make_engine(kind: str, mem: Mapping, role: str, on_tent: bool = False) -> Any:
     if kind == "mooncake":
-        return Mooncake(mem)
+        return Mooncake(mem, on_tent)
     if kind == "nixl":
-        return Nixl(mem, f"{role}-{os.getpid()}")
+        return Nixl(mem, f"{role}-{os.getpid()}", on_tent)
     raise SystemExit(f"unknown engine {kind!r}")
 
 
@@ -163,7 +175,7 @@ def target_main(args: argparse.Namespace) -> int:
     cin = os.fdopen(args.ctl_in, "r")
     cout = os.fdopen(args.ctl_out, "w")
     mem = Mapping(args.span)
-    eng = make_engine(args.engine, mem, "target")
+    eng = make_engine(args.engine, mem, "target", args.on_tent)
     cout.write(json.dumps(eng.info()) + "\n")
     cout.flush()
     for line in cin:
@@ -191,7 +203,7 @@ class Target:
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
         cmd = [sys.executable, os.path.abspath(__file__), "--role", "target", "--engine", args.engine,
-               "--span", str(args.span), "--ctl-in", str(to_child_r), "--ctl-out", str(from_child_w)]
+               "--span", str(args.span), *(["--on-tent"] if args.on_tent else []), "--ctl-in", str(to_child_r), "--ctl-out", str(from_child_w)]
         self.proc = subprocess.Popen(cmd, pass_fds=(to_child_r, from_child_w), stdin=subprocess.DEVNULL,
                                      stdout=sys.stderr)
         os.close(to_child_r)
@@ -244,10 +256,11 @@ def initiator_main(args: argparse.Namespace) -> int:
     label = args.label or args.engine
     emit({"type": "meta", "tool": "bench/compare/peers.py", "engine": label, "machine": machine(),
           "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "load_start": loadavg(), "argv": sys.argv[1:],
-          "env": {k: v for k, v in os.environ.items() if k.startswith(("UCX_", "MC_"))}})
+          "env": {k: v for k, v in os.environ.items() if k.startswith(("UCX_", "MC_", "TENT_"))},
+          "on_tent": args.on_tent})
     target = Target(args)
     mem = Mapping(args.span)
-    eng = make_engine(args.engine, mem, "initiator")
+    eng = make_engine(args.engine, mem, "initiator", args.on_tent)
     eng.connect(target.info)
     failures = crashes = 0
     seed = int(time.time()) & 0xFFFF
@@ -340,6 +353,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--engine", choices=["mooncake", "nixl"], required=True)
     p.add_argument("--role", choices=["initiator", "target"], default="initiator")
+    p.add_argument("--on-tent", action="store_true",
+                   help="the same calls on tent's drop-in APIs (tent.compat.mooncake / tent.compat.nixl)")
     p.add_argument("--label", help="the engine's name in the output (default: --engine)")
     p.add_argument("--transport", default="", help="recorded in the output (what the engine was configured to use)")
     p.add_argument("--op", type=parse_ops, default=["WRITE", "READ"])
