@@ -256,6 +256,7 @@ class Engine(_Managed):
     def _release(self) -> None:
         h, self._handle = self._handle, None
         _live_engines.discard(self)
+        self._request_views.clear()  # the arrays may be resized again
         try:
             check(_lib.lib().tent_engine_destroy(h))
         finally:
@@ -585,6 +586,11 @@ class Engine(_Managed):
         segment, remote_addr, length)`` tuples. ``notify`` is delivered to
         each target after all of the batch's data arrived; ``transport``
         ("local", "shm", "tcp", "cuda") is a hint.
+
+        The engine remembers, weakly, the numpy request arrays it
+        transferred (the same array transferred again costs less); numpy
+        refuses to resize such an array in place (``ndarray.resize``)
+        until it or the engine is gone.
         """
         h = self._handle
         if h is None:

@@ -268,9 +268,13 @@ def test_wait_of_a_batch_finished_when_submitted():
     with pytest.raises(tent.InvalidHandle):
         b.wait()
     b = e.transfer(reqs)
+    with pytest.raises(ValueError):
+        reqs.resize(2)  # the engine's view of it must not dangle
     e.close()
     with pytest.raises(tent.InvalidHandle):
         b.wait()
+    reqs.resize(2)  # the engine is gone, and its views with it
+    assert reqs.shape == (2,)
 
 
 def test_sync_results_of_each_call(engine, self_segment):
