@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
@@ -20,12 +22,12 @@ const (
 	maxGroupBytes  = 4 << 20
 	maxGroupChunks = 512
 	// inlineMax bounds what a submitter writes itself on an idle stream
-	// (instead of waking the writer). It must fit the socket's send
-	// buffer (16 KiB before autotuning grows it; drained when nothing
-	// awaits a reply) even when the peer advertises no window, so that
-	// the write never blocks the submitter: Submit returns at once, and
-	// Uninstall does not wait on a stalled peer for the deadline.
-	inlineMax = 8 << 10
+	// (instead of waking the writer). The submitter never waits for the
+	// socket: what the send buffer does not take at once goes to the
+	// writer, so Submit returns at once whatever the peer does.
+	inlineMax = 64 << 10
+	// iovMax is the most pieces one writev takes (the kernel's IOV_MAX).
+	iovMax = 1024
 )
 
 // conn is one stream to a peer: a writer goroutine that dials and then
@@ -43,6 +45,7 @@ type conn struct {
 	sent     ring      // chunks sent, awaiting their replies, in order
 	started  bool      // the writer runs
 	writing  bool      // a goroutine (the writer or a submitter) owns the socket's write side, iov, group and skipped
+	handoff  bool      // a submitter left the rest of its group in iov for the writer to send
 	dead     bool
 	err      error     // why it died
 	deadline time.Time // the socket's deadline: the earliest of the chunks held, or zero
@@ -106,14 +109,32 @@ func (c *conn) enqueue(cs []*chunk) (ok, inline bool) {
 	return true, false
 }
 
-// writeInline writes the group enqueue took for the caller, then gives
-// the write side back (to the writer, if more was queued meanwhile).
+// writeInline writes the group enqueue took for the caller, as far as the
+// socket takes it without waiting, then gives the write side back (to the
+// writer, if more was queued meanwhile, or if the socket was full: the
+// writer then sends the rest).
 func (c *conn) writeInline() {
 	c.mu.Lock()
 	nc := c.nc
 	c.mu.Unlock()
 	c.t.inlineW.Add(1)
-	c.writeGroup(nc)
+	c.skipDead()
+	if len(c.group) == 0 {
+		c.endGroup(nil)
+		return
+	}
+	c.build(c.group)
+	all, err := c.tryFlush(nc)
+	if err == nil && !all {
+		c.t.handedOff.Add(1)
+		c.mu.Lock()
+		c.handoff = true
+		c.wake.Signal()
+		c.mu.Unlock()
+		return
+	}
+	c.iov.reset()
+	c.endGroup(err)
 }
 
 // takeGroupLocked moves the next group from the queue to sent, into
@@ -141,20 +162,35 @@ func (c *conn) takeGroupLocked() {
 // writeGroup sends the group taken, then releases writing; it reports
 // whether the connection lives on.
 func (c *conn) writeGroup(nc net.Conn) bool {
+	c.skipDead()
+	var err error
+	if len(c.group) > 0 {
+		c.build(c.group)
+		err = c.flush(nc)
+	}
+	return c.endGroup(err)
+}
+
+// skipDead ends the chunks takeGroupLocked found dead.
+func (c *conn) skipDead() {
 	for _, ch := range c.skipped {
 		ch.s.chunkDone(nil, false)
 	}
-	var err error
-	if len(c.group) > 0 {
-		err = c.write(nc, c.group)
-		for _, ch := range c.group {
-			if ch.s.op == opWrite {
-				ch.s.exit()
-			}
+	clear(c.skipped)
+	c.skipped = c.skipped[:0]
+}
+
+// endGroup ends a group's write with err: its WRITE chunks' memory is
+// let go, writing is released, and the connection fails on err. It
+// reports whether the connection lives on.
+func (c *conn) endGroup(err error) bool {
+	for _, ch := range c.group {
+		if ch.s.op == opWrite {
+			ch.s.exit()
 		}
 	}
 	clear(c.group) // no chunk outlives its request here
-	clear(c.skipped)
+	c.group = c.group[:0]
 	c.mu.Lock()
 	c.writing = false
 	if c.queue.len() > 0 {
@@ -368,8 +404,19 @@ func (c *conn) writeLoop() {
 
 	for {
 		c.mu.Lock()
-		for (c.queue.len() == 0 || c.writing) && !c.dead {
+		for !c.handoff && (c.queue.len() == 0 || c.writing) && !c.dead {
 			c.wake.Wait()
+		}
+		if c.handoff {
+			// A submitter's group, partly written: the rest goes first
+			// (on a dead connection the write fails at once, and the
+			// group still ends).
+			c.handoff = false
+			c.mu.Unlock()
+			if !c.endGroup(c.flush(nc)) {
+				return
+			}
+			continue
 		}
 		if c.dead {
 			c.mu.Unlock()
@@ -385,17 +432,23 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// write sends a group of requests with one writev (or a few, for many
-// pieces), retrying after a stale deadline.
-func (c *conn) write(nc net.Conn, group []*chunk) error {
+// build puts a group's headers and WRITE payloads into c.iov.
+func (c *conn) build(group []*chunk) {
 	v := &c.iov
-	defer v.reset()
 	for _, ch := range group {
 		putReqHeader(v.header(reqHeaderSize), reqHeader{op: ch.s.op, n: ch.n, id: ch.id, addr: ch.s.remote + ch.off})
 		if ch.s.op == opWrite {
 			v.payload(host.Bytes(ch.s.local+ch.off, uint64(ch.n)))
 		}
 	}
+}
+
+// flush sends what c.iov holds with one writev (or a few, for many
+// pieces), waiting for the socket and retrying after a stale deadline,
+// and empties it.
+func (c *conn) flush(nc net.Conn) error {
+	v := &c.iov
+	defer v.reset()
 	for {
 		n, err := v.writeTo(nc)
 		c.t.sent.Add(n)
@@ -405,6 +458,60 @@ func (c *conn) write(nc net.Conn, group []*chunk) error {
 		if !isTimeout(err) || !c.stillOnTime() {
 			return ioError("write to "+c.pool.key.addr, err)
 		}
+	}
+}
+
+// tryFlush sends what the socket takes of c.iov now, without waiting, and
+// reports whether that was all (else c.iov keeps the rest). A connection
+// without a descriptor (a test's wrapper) is written with flush.
+func (c *conn) tryFlush(nc net.Conn) (bool, error) {
+	sc, ok := nc.(syscall.Conn)
+	if !ok {
+		return true, c.flush(nc)
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return true, c.flush(nc)
+	}
+	v := &c.iov
+	if v.out == nil {
+		v.out = v.buffers()
+	}
+	for len(v.out) > 0 {
+		var n int
+		var werr error
+		err := rc.Write(func(fd uintptr) bool {
+			for {
+				n, werr = unix.Writev(int(fd), v.out[:min(len(v.out), iovMax)])
+				if werr != unix.EINTR {
+					return true // never wait
+				}
+			}
+		})
+		if err == nil && werr != unix.EAGAIN {
+			err = werr
+		}
+		if err != nil {
+			return false, ioError("write to "+c.pool.key.addr, err)
+		}
+		if werr == unix.EAGAIN || n == 0 {
+			return false, nil
+		}
+		c.t.sent.Add(int64(n))
+		consume(&v.out, n)
+	}
+	return true, nil
+}
+
+// consume drops the first n bytes of b.
+func consume(b *net.Buffers, n int) {
+	for len(*b) > 0 && n >= len((*b)[0]) {
+		n -= len((*b)[0])
+		(*b)[0] = nil
+		*b = (*b)[1:]
+	}
+	if n > 0 {
+		(*b)[0] = (*b)[0][n:]
 	}
 }
 

@@ -123,9 +123,11 @@
 // 4 MiB or 512 requests per writev, without waiting for replies) and a
 // reader goroutine (it takes replies in order and completes requests).
 // When a stream is up and idle (nothing queued or awaiting a reply, no
-// write in progress), Submit writes up to 8 KiB itself instead of waking
-// the writer: whoever writes holds the connection's writing flag, so the
-// requests go out in id order either way.
+// write in progress), Submit writes up to 64 KiB itself instead of waking
+// the writer, without waiting for the socket: what the send buffer does
+// not take at once is left to the writer. Whoever writes holds the
+// connection's writing flag, so the requests go out in id order either
+// way.
 // Target: the engine's listener runs one handler per accepted connection;
 // it serves requests in order and writes the collected replies (one
 // writev, READ payloads straight from registered memory, which stays

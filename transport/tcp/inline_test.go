@@ -169,12 +169,17 @@ func TestInlineAndWriterShareAStream(t *testing.T) {
 }
 
 // A peer that answered once and then stops reading, with next to no
-// receive window: the next request finds the stream idle and is written
-// inline, and that write must not block Submit (nor, through Submit, the
-// transport's Uninstall) until the deadline.
+// receive window, and a send buffer too small for the next request: that
+// request finds the stream idle and is written inline as far as the
+// socket takes it, and the writer gets the rest. Submit must not block
+// (nor, through Submit, the transport's Uninstall) until the deadline.
 func TestInlineWriteNeverBlocksOnAStalledPeer(t *testing.T) {
 	f := startFake(t, "once")
 	e, tr := newEngine(t, core.Options{})
+	tr.WrapConns(func(nc net.Conn) net.Conn {
+		require.NoError(t, nc.(*net.TCPConn).SetWriteBuffer(1)) // the kernel's minimum
+		return nc
+	})
 	local := register(t, e, tcp.InlineMax, 0)
 	seg, err := e.OpenSegment(f.addr())
 	require.NoError(t, err)
@@ -190,6 +195,7 @@ func TestInlineWriteNeverBlocksOnAStalledPeer(t *testing.T) {
 	code, _, _ = b.Status(nil)
 	require.Equal(t, status.Pending, code)
 	require.Equal(t, int64(1), tr.Stats()["writes_inline"])
+	require.Equal(t, int64(1), tr.Stats()["writes_handed_off"], "the socket took all of %d bytes", tcp.InlineMax)
 	require.NoError(t, e.Uninstall("tcp"))
 	code, _ = b.Wait(-1)
 	require.Contains(t, []status.Code{status.Closed, status.TransportError}, code)

@@ -64,6 +64,7 @@ type Transport struct {
 	idleClosed atomic.Int64 // connections closed for being idle
 	inlineW    atomic.Int64 // groups written by their submitter
 	writerW    atomic.Int64 // groups written by a connection's writer goroutine
+	handedOff  atomic.Int64 // inline groups the socket did not take at once, finished by the writer
 
 	// wrapConn, when set (by the tests, before the first dial), wraps
 	// each data connection this transport dials: fault injection.
@@ -511,6 +512,7 @@ func (t *Transport) Stats() map[string]int64 {
 		"idle_closed":        t.idleClosed.Load(),
 		"writes_inline":      t.inlineW.Load(),
 		"writes_by_writer":   t.writerW.Load(),
+		"writes_handed_off":  t.handedOff.Load(),
 	}
 }
 
