@@ -126,12 +126,16 @@ func (c *conn) writeInline() {
 	c.build(c.group)
 	all, err := c.tryFlush(nc)
 	if err == nil && !all {
-		c.t.handedOff.Add(1)
 		c.mu.Lock()
-		c.handoff = true
-		c.wake.Signal()
+		if !c.dead { // else the writer may have left already
+			c.handoff = true
+			c.wake.Signal()
+			c.mu.Unlock()
+			c.t.handedOff.Add(1)
+			return
+		}
+		err = c.err
 		c.mu.Unlock()
-		return
 	}
 	c.iov.reset()
 	c.endGroup(err)
