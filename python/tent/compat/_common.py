@@ -14,6 +14,7 @@ Environment (read when an engine/agent is created):
 
 from __future__ import annotations
 
+import array
 import functools
 import os
 import struct
@@ -21,6 +22,7 @@ import threading
 from typing import Any, List, Optional, Tuple
 
 import tent
+from tent import _lib
 
 # Transport names tent itself knows; anything else a client asks for
 # ("rdma", "UCX", "efa", ...) is served by tent's own choice per peer.
@@ -125,20 +127,26 @@ def requests(op: str, segment: tent.Segment, local_addrs: Any, remote_addrs: Any
 
     cols: Any = None
     if type(local_addrs) is list and type(remote_addrs) is list and type(lengths) is list:
-        try:
-            cols = np.array((local_addrs, remote_addrs, lengths))
-        except ValueError:  # ragged: the lengths differ, said below
-            cols = None
-        if cols is not None and cols.ndim == 2 and cols.dtype.kind == "i" and cols.shape[1]:
-            # One reduction checks all three columns (the fewer numpy calls the
-            # better: right after a batch, the interpreter runs cache-cold).
-            lo = cols.min(axis=1)
-            if lo[0] >= 0 and lo[1] >= 0 and lo[2] > 0:
-                # non-negative int64 values: no range can run past 2**64
-                return request_words(op, segment, cols, scratch)
-            if lo[0] >= 0 and lo[1] >= 0 and lo[2] == 0:
-                raise tent.InvalidArgument(f"transfer {int(np.argmin(cols[2]))}: length 0")
-        cols = None  # floats, bools, huge or negative values, empty: the checked path says which
+        n = len(lengths)
+        if n and len(local_addrs) == n and len(remote_addrs) == n:
+            # The three lists into one buffer of 64-bit words in C loops
+            # (array.array, then a numpy view without a copy): a third of
+            # what np.array's type discovery costs per batch. "Q" refuses
+            # floats (no silent truncation), negative values and values past
+            # 2**64; the checked path below then says which.
+            try:
+                words = array.array("Q", local_addrs)
+                words.extend(remote_addrs)
+                words.extend(lengths)
+            except (TypeError, OverflowError):
+                words = None
+            if words is not None:
+                cols = np.frombuffer(words, dtype=np.uint64).reshape(3, n)
+                # Below 2**63 each, no range can run past 2**64: one
+                # reduction checks all three columns.
+                if cols.max() < _U63 and cols[2].all():
+                    return request_words(op, segment, cols, scratch)
+            cols = None  # zero lengths, huge values, floats: the checked path says which
     if cols is None:
         la, ra, ln = (_u64_column(np, x, what) for x, what in
                       ((local_addrs, "local addresses"), (remote_addrs, "remote addresses"), (lengths, "lengths")))
@@ -167,23 +175,33 @@ class RequestScratch(threading.local):
     """
 
     words: Any = None     # (capacity, 5) uint64
-    requests: Any = None  # the same memory as tent.request_dtype
+    arrays: Any = None    # n -> ctypes array of n tent.Request over words' first n rows
     filled: Any = None    # (opcode, segment handle) already in every row
 
+    _ARRAYS = 64  # batch sizes remembered; past it, start over
+
     def take(self, n: int, opcode: int, segment: int) -> Any:
-        """(the first n rows as words, the same rows as requests), with
-        opcode and segment written."""
+        """(the first n rows as words, the same rows as a ctypes array of
+        tent.Request), with opcode and segment written. The ctypes array is
+        what ``Engine.transfer`` takes without building a view of a numpy
+        array per call; its memory is words', which this scratch keeps."""
         import numpy as np
 
         if self.words is None or self.words.shape[0] < n:
+            _request_words()  # the layout check, once
             self.words = np.empty((max(n, 128), 5), dtype=np.uint64)
-            self.requests = self.words.view(_request_words()).reshape(-1)
+            self.arrays = {}
             self.filled = None
         if self.filled != (opcode, segment):
             self.words[:, 0] = opcode  # reserved = 0 (little-endian)
             self.words[:, 2] = segment
             self.filled = (opcode, segment)
-        return self.words[:n], self.requests[:n]
+        arr = self.arrays.get(n)
+        if arr is None:
+            if len(self.arrays) >= self._ARRAYS:
+                self.arrays.clear()
+            arr = self.arrays[n] = (_lib.Request * n).from_address(self.words.ctypes.data)
+        return self.words[:n], arr
 
 
 def request_words(op: str, segment: tent.Segment, cols: Any, scratch: Optional[RequestScratch] = None) -> Any:
@@ -196,16 +214,13 @@ def request_words(op: str, segment: tent.Segment, cols: Any, scratch: Optional[R
     code = tent.WRITE if op == "write" else tent.READ
     if scratch is not None:
         words, reqs = scratch.take(n, code, segment.handle)
-        words[:, _COLUMNS] = cols.T
+        words[:, 1], words[:, 3], words[:, 4] = cols[0], cols[1], cols[2]
         return reqs
     words = np.empty((n, 5), dtype=np.uint64)
-    words[:, _COLUMNS] = cols.T
+    words[:, 1], words[:, 3], words[:, 4] = cols[0], cols[1], cols[2]
     words[:, 0] = code  # opcode, reserved = 0 (little-endian)
     words[:, 2] = segment.handle
     return words.view(_request_words()).reshape(-1)
-
-
-_COLUMNS = [1, 3, 4]
 
 
 @functools.lru_cache(maxsize=1)
@@ -222,6 +237,7 @@ def _request_words() -> Any:
 
 
 _U64_MAX = (1 << 64) - 1
+_U63 = 1 << 63
 
 
 def _u64_column(np: Any, values: Any, what: str) -> Any:

@@ -60,6 +60,21 @@ SUPPORT_MUSA = False
 # Mooncake's transfer_check_status answers
 _CHECK_DONE, _CHECK_PENDING, _CHECK_FAILED, _CHECK_TIMEOUT = 1, 0, -1, -2
 _FAIL = -1
+# Mooncake's error.h codes that its registration calls return and clients
+# compare with: a range overlapping one already registered (a double
+# register included), and an address that was never registered.
+ERR_INVALID_ARGUMENT = -1
+ERR_ADDRESS_NOT_REGISTERED = -3
+ERR_ADDRESS_OVERLAPPED = -7
+
+
+def _registration_code(exc: BaseException) -> int:
+    """Mooncake's code for a failed (un)registration."""
+    if isinstance(exc, (tent.Overlap, tent.AlreadyRegistered)):
+        return ERR_ADDRESS_OVERLAPPED
+    if isinstance(exc, tent.NotRegistered):
+        return ERR_ADDRESS_NOT_REGISTERED
+    return _FAIL
 
 # How long get_first_buffer_address waits for a peer's answer without a
 # configured deadline (tent's default request deadline).
@@ -231,8 +246,8 @@ class TransferEngine:
 
     def register_memory(self, buffer_addr: int, capacity: int, location: str = "*") -> int:
         """Registers [buffer_addr, +capacity). ``location`` "*" = detect,
-        or "cpu:N" / "cuda:N". Returns 0, or -1 (already registered,
-        overlapping, bad range)."""
+        or "cpu:N" / "cuda:N". Returns 0, ERR_ADDRESS_OVERLAPPED (-7: already
+        registered, or overlapping), or -1 (a bad range)."""
         try:
             e = self._need()
             region = e.register((int(buffer_addr), int(capacity)), location=_location(location))
@@ -241,11 +256,12 @@ class TransferEngine:
                 self._order.append(region.addr)
             return 0
         except Exception as exc:  # noqa: BLE001
-            return self._fail("register_memory", exc)
+            return self._fail("register_memory", exc, _registration_code(exc))
 
     def unregister_memory(self, buffer_addr: int) -> int:
         """Unregisters the memory registered at buffer_addr (waiting for
-        transfers still using it, up to tent's unregister timeout)."""
+        transfers still using it, up to tent's unregister timeout). Returns
+        0, or ERR_ADDRESS_NOT_REGISTERED (-3) for an address never registered."""
         try:
             with self._lock:
                 region = self._regions.pop(int(buffer_addr), None)
@@ -261,7 +277,7 @@ class TransferEngine:
                 self._order.remove(region.addr)
             return 0
         except Exception as exc:  # noqa: BLE001
-            return self._fail("unregister_memory", exc)
+            return self._fail("unregister_memory", exc, _registration_code(exc))
 
     def batch_register_memory(self, buffer_addresses: List[int], capacities: List[int],
                               location: str = "*") -> int:
@@ -278,7 +294,7 @@ class TransferEngine:
                     self._order.append(r.addr)
             return 0
         except Exception as exc:  # noqa: BLE001
-            return self._fail("batch_register_memory", exc)
+            return self._fail("batch_register_memory", exc, _registration_code(exc))
 
     def batch_unregister_memory(self, buffer_addresses: List[int]) -> int:
         """Unregisters many buffers, all or none."""
@@ -297,7 +313,7 @@ class TransferEngine:
                     self._order.remove(a)
             return 0
         except Exception as exc:  # noqa: BLE001
-            return self._fail("batch_unregister_memory", exc)
+            return self._fail("batch_unregister_memory", exc, _registration_code(exc))
 
     def allocate_managed_buffer(self, length: int) -> int:
         """Allocates and registers length bytes (tent_alloc: shared memory

@@ -266,6 +266,20 @@ class _Xfer:
         self.polled = 0.0  # time.monotonic() of the last "PROC" answer
 
 
+def _indices(np: Any, values: Any) -> Any:
+    """Descriptor indices as a 1-D int64 array: integers only (a float
+    index would be truncated silently by an int64 conversion)."""
+    try:
+        arr = np.asarray(values)
+        if arr.size == 0:
+            return arr.astype(np.int64).reshape(-1)
+        if arr.dtype.kind not in "iu":
+            raise TypeError(arr.dtype)
+        return arr.astype(np.int64).reshape(-1)
+    except (TypeError, ValueError, OverflowError):
+        raise nixlInvalidParamError("make_prepped_xfer: indices must be integers") from None
+
+
 def _mem_name(mem: Any) -> str:
     return "VRAM" if int(mem) == int(nixlBind.VRAM_SEG) else "DRAM"
 
@@ -393,22 +407,38 @@ class nixl_agent:  # noqa: N801
             self.backend_mems[backend] = ["DRAM", "VRAM"]
             self.backend_options[backend] = dict(initParams or {})
 
-    def _check_backends(self, backends: Optional[Iterable[str]]) -> None:
-        for b in backends or []:
+    def _check_backends(self, backends: Any) -> None:
+        """backends as NIXL's releases pass them: a list of names, one name
+        (the older ``backend=`` / ``xfer_backend=``), or None. A bool here is
+        the older releases' positional ``is_unified_addr``: nothing to check."""
+        if backends is None or isinstance(backends, bool):
+            return
+        if isinstance(backends, str):
+            backends = [backends]
+        try:
+            names = list(backends)
+        except TypeError:
+            raise TypeError(f"backends must be a list of backend names, not {type(backends).__name__}") from None
+        for b in names:
             if b not in self.backends:
                 raise KeyError(b)
 
     # ---- descriptor lists ----
 
-    def get_reg_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlRegDList]:
+    def get_reg_descs(self, descs: Any, mem_type: Optional[str] = None, is_unified_addr: bool = True,
+                      is_sorted: bool = False) -> Optional[nixlRegDList]:
         """A nixlRegDList from (addr, len, dev, meta) tuples with a mem type,
         an Nx3 numpy array with a mem type, a tensor, a list of tensors, or
-        (tent addition) any other buffer object (numpy data arrays)."""
+        (tent addition) any other buffer object (numpy data arrays).
+        ``is_unified_addr`` and ``is_sorted`` (older releases' lookup hints)
+        are accepted and change nothing: tent indexes the ranges itself."""
         return self._descs(nixlRegDList, descs, mem_type, 4)
 
-    def get_xfer_descs(self, descs: Any, mem_type: Optional[str] = None) -> Optional[nixlXferDList]:
+    def get_xfer_descs(self, descs: Any, mem_type: Optional[str] = None, is_unified_addr: bool = True,
+                       is_sorted: bool = False) -> Optional[nixlXferDList]:
         """A nixlXferDList from (addr, len, dev) tuples with a mem type, an Nx3
-        numpy array with a mem type, a tensor or a list of tensors."""
+        numpy array with a mem type, a tensor or a list of tensors
+        (``is_unified_addr`` / ``is_sorted``: as in get_reg_descs)."""
         return self._descs(nixlXferDList, descs, mem_type, 3)
 
     def _descs(self, cls: type, descs: Any, mem_type: Optional[str], width: int) -> Any:
@@ -492,10 +522,13 @@ class nixl_agent:  # noqa: N801
     # ---- memory ----
 
     def register_memory(self, reg_list: Any, mem_type: Optional[str] = None,
-                        backends: Optional[List[str]] = None) -> nixlRegDList:
+                        backends: Optional[List[str]] = None, *, is_unified_addr: bool = True,
+                        is_sorted: bool = False, backend: Optional[str] = None) -> nixlRegDList:
         """Registers every descriptor with tent, all or none. Returns the
-        nixlRegDList (for deregister_memory)."""
+        nixlRegDList (for deregister_memory). ``backend`` is the older
+        releases' single backend name."""
         self._check_backends(backends)
+        self._check_backends(backend)
         descs = self.get_reg_descs(reg_list, mem_type)
         if descs is None:
             raise nixlInvalidParamError("register_memory: no descriptors (see the log for why)")
@@ -772,11 +805,13 @@ class nixl_agent:  # noqa: N801
     # ---- transfers ----
 
     def prep_xfer_dlist(self, agent_name: str, xfer_list: Any, mem_type: Optional[str] = None,
-                        backends: Optional[List[str]] = None) -> nixl_prepped_dlist_handle:
+                        backends: Optional[List[str]] = None, *, is_unified_addr: bool = True,
+                        is_sorted: bool = False, xfer_backend: Any = None) -> nixl_prepped_dlist_handle:
         """Prepares descriptors for make_prepped_xfer: local ones
         ("NIXL_INIT_AGENT" or "") must be registered here, remote ones
         inside what the named agent registered."""
         self._check_backends(backends)
+        self._check_backends(xfer_backend if isinstance(xfer_backend, str) else None)
         agent_name = _agent_name(agent_name)
         descs = self.get_xfer_descs(xfer_list, mem_type)
         if descs is None:
@@ -822,11 +857,7 @@ class nixl_agent:  # noqa: N801
                                             "the remote side with the remote (or this) agent's name")
             remote = rd.agent
             self._peer(remote)
-        try:
-            li = np.asarray(local_indices, dtype=np.int64).reshape(-1)
-            ri = np.asarray(remote_indices, dtype=np.int64).reshape(-1)
-        except (TypeError, ValueError, OverflowError):
-            raise nixlInvalidParamError("make_prepped_xfer: indices must be integers") from None
+        li, ri = _indices(np, local_indices), _indices(np, remote_indices)
         if li.shape != ri.shape:
             raise nixlInvalidParamError(f"make_prepped_xfer: {li.shape[0]} local and {ri.shape[0]} remote indices")
         try:
@@ -841,10 +872,11 @@ class nixl_agent:  # noqa: N801
 
     def initialize_xfer(self, operation: str, local_descs: nixlXferDList, remote_descs: nixlXferDList,
                         remote_agent: str, notif_msg: Union[bytes, str] = b"",
-                        backends: Optional[List[str]] = None) -> nixl_xfer_handle:
+                        backends: Optional[List[str]] = None, *, xfer_backend: Any = None) -> nixl_xfer_handle:
         """A transfer between two descriptor lists (pairwise), to remote_agent."""
         op = self._op(operation)
         self._check_backends(backends)
+        self._check_backends(xfer_backend if isinstance(xfer_backend, str) else None)
         remote_agent = _agent_name(remote_agent)
         if not isinstance(local_descs, nixlXferDList) or not isinstance(remote_descs, nixlXferDList):
             raise nixlInvalidParamError("initialize_xfer takes two nixlXferDList (get_xfer_descs)")
