@@ -39,7 +39,7 @@ func TestBadOutParamsRollBack(t *testing.T) {
 	buf, free := cMalloc(1 << 16)
 	defer free()
 	_, bad := badPages(t)
-	base := table.Len()
+	base := lib.handles.Len()
 	for name, p := range bad {
 		t.Run(name, func(t *testing.T) {
 			requireFail(t, status.InvalidArgument, cEngineCreateRaw(0, p))
@@ -53,7 +53,7 @@ func TestBadOutParamsRollBack(t *testing.T) {
 			s, r := cStats(e, 0)
 			require.Equal(t, status.OK, r.Code, r.Msg)
 			require.Zero(t, s.Allocations)
-			require.Equal(t, base, table.Len(), "a handle leaked")
+			require.Equal(t, base, lib.handles.Len(), "a handle leaked")
 		})
 	}
 }

@@ -49,7 +49,9 @@ func lastFake() *coretest.Fake {
 }
 
 func TestMain(m *testing.M) {
-	testTransports.Store(&[]core.TransportSpec{{Name: "fake", ID: 100, Rank: 100, New: func() core.Transport {
+	// The tests' library offers a fault-injecting fake beside the
+	// built-in transports, driven through the C path.
+	fake := core.TransportSpec{Name: "fake", ID: 100, Rank: 100, New: func() core.Transport {
 		f := coretest.NewFake("fake")
 		fakesMu.Lock()
 		if fakeFault != nil {
@@ -58,9 +60,12 @@ func TestMain(m *testing.M) {
 		fakes = append(fakes, f)
 		fakesMu.Unlock()
 		return f
-	}}})
+	}}
+	lib = newLibrary(func(tcpStreams uint32) []core.TransportSpec {
+		return append(builtinTransports(tcpStreams), fake)
+	})
 	code := m.Run()
-	if n := table.Len(); code == 0 && n != 0 {
+	if n := lib.handles.Len(); code == 0 && n != 0 {
 		fmt.Fprintf(os.Stderr, "leak: %d handles are still in the table after the tests\n", n)
 		code = 1
 	}
@@ -79,8 +84,8 @@ func newEngine(t *testing.T) (uint64, *coretest.Fake) {
 		// Destroy may already have happened in the test: OK or INVALID_HANDLE.
 		r := cEngineDestroy(e)
 		require.Contains(t, []status.Code{status.OK, status.InvalidHandle}, r.Code, r.Msg)
-		require.Zero(t, table.CountChildren(e), "handles of the engine outlived it")
-		_, err := table.Get(handles.Engine, e)
+		require.Zero(t, lib.handles.CountChildren(e), "handles of the engine outlived it")
+		_, err := lib.handles.Get(handles.Engine, e)
 		require.Error(t, err)
 		require.Empty(t, f.Misuse())
 		require.Zero(t, f.Registered())
@@ -242,22 +247,22 @@ func TestEngineOptionsMapping(t *testing.T) {
 			require.Error(t, err)
 			require.Equal(t, tc.code, status.CodeOf(err), err.Error())
 
-			base := table.Len()
+			base := lib.handles.Len()
 			_, r := cEngineCreate(&o)
 			requireFail(t, tc.code, r)
-			require.Equal(t, base, table.Len())
+			require.Equal(t, base, lib.handles.Len())
 		})
 	}
 }
 
 func TestEngineCreate(t *testing.T) {
-	base := table.Len()
+	base := lib.handles.Len()
 	_, r := cEngineCreateOut(nil, true)
 	requireFail(t, status.InvalidArgument, r)
 
 	e, r := cEngineCreate(nil)
 	require.Equal(t, status.OK, r.Code, r.Msg)
-	require.Equal(t, base+1, table.Len())
+	require.Equal(t, base+1, lib.handles.Len())
 	require.Equal(t, status.OK, cEngineDestroy(e).Code)
 
 	// Transports the core does not know, or lists twice.
@@ -269,7 +274,7 @@ func TestEngineCreate(t *testing.T) {
 	// A newer caller's larger struct: fine while the unknown tail is zero.
 	require.Equal(t, status.OK, cEngineCreateWithTail(uint32(sizeofOptions)+16, -1, 0).Code)
 	requireFail(t, status.InvalidArgument, cEngineCreateWithTail(uint32(sizeofOptions)+16, int(sizeofOptions)+3, 1))
-	require.Equal(t, base, table.Len())
+	require.Equal(t, base, lib.handles.Len())
 
 	// A transport that fails (or panics) to install fails the create.
 	for _, fault := range []func(*coretest.Fake){
@@ -281,7 +286,7 @@ func TestEngineCreate(t *testing.T) {
 		setFakeFault(nil)
 		require.Contains(t, []status.Code{status.TransportError, status.Internal}, r.Code, r.Msg)
 		require.NotEmpty(t, r.Msg)
-		require.Equal(t, base, table.Len())
+		require.Equal(t, base, lib.handles.Len())
 	}
 }
 
@@ -336,7 +341,7 @@ func TestStatsJSONAndTopology(t *testing.T) {
 	require.EqualValues(t, 1, got.Regions)
 	require.EqualValues(t, 4096, got.RegisteredBytes)
 	require.EqualValues(t, 1, got.Handles)
-	require.EqualValues(t, table.Len(), got.ProcessHandles)
+	require.EqualValues(t, lib.handles.Len(), got.ProcessHandles)
 	require.Contains(t, got.Transports, "fake")
 	require.EqualValues(t, 1, got.Transports["fake"]["regions"])
 	var raw struct {
@@ -375,7 +380,7 @@ func TestStatsStructSize(t *testing.T) {
 	s, r = cStats(e, 0)
 	require.Equal(t, status.OK, r.Code, r.Msg)
 	require.Zero(t, s.Regions)
-	require.EqualValues(t, table.Len(), s.ProcessHandles)
+	require.EqualValues(t, lib.handles.Len(), s.ProcessHandles)
 }
 
 func TestRegisterMisuse(t *testing.T) {
@@ -386,7 +391,7 @@ func TestRegisterMisuse(t *testing.T) {
 	reg, r := cRegister(e, buf, 4096, strp("cpu"), rw, true)
 	require.Equal(t, status.OK, r.Code, r.Msg)
 	require.Empty(t, r.Msg, "last error is empty after a success")
-	base := table.Len()
+	base := lib.handles.Len()
 
 	tests := []struct {
 		name string
@@ -423,7 +428,7 @@ func TestRegisterMisuse(t *testing.T) {
 			requireFail(t, tc.code, tc.call())
 			requireStats(t, e, 1, 4096)
 			requireStats(t, e2, 0, 0)
-			require.Equal(t, base, table.Len())
+			require.Equal(t, base, lib.handles.Len())
 		})
 	}
 
@@ -443,7 +448,7 @@ func TestRegisterMisuse(t *testing.T) {
 	_, r = cRegionInfo(e, reg, 0)
 	requireFail(t, status.InvalidHandle, r)
 	requireStats(t, e, 0, 0)
-	require.Equal(t, base-1, table.Len())
+	require.Equal(t, base-1, lib.handles.Len())
 
 	// The same memory registers again, with a new, different handle.
 	reg2, r := cRegister(e, buf, 4096, nil, rw, true)
@@ -511,7 +516,7 @@ func TestBatches(t *testing.T) {
 }
 
 func TestDestroyInvalidatesChildren(t *testing.T) {
-	base := table.Len()
+	base := lib.handles.Len()
 	e, r := cEngineCreate(&cOptions{Transports: strp("fake")})
 	require.Equal(t, status.OK, r.Code, r.Msg)
 	f := lastFake()
@@ -523,9 +528,9 @@ func TestDestroyInvalidatesChildren(t *testing.T) {
 		require.Equal(t, status.OK, r.Code, r.Msg)
 		regs = append(regs, id)
 	}
-	require.Equal(t, base+9, table.Len())
+	require.Equal(t, base+9, lib.handles.Len())
 	require.Equal(t, status.OK, cEngineDestroy(e).Code)
-	require.Equal(t, base, table.Len())
+	require.Equal(t, base, lib.handles.Len())
 	requireFail(t, status.InvalidHandle, cEngineDestroy(e))
 	requireFail(t, status.InvalidHandle, cUnregister(e, regs[0]))
 	_, r = cRegionInfo(e, regs[0], 0)
@@ -618,15 +623,15 @@ func TestPanicBecomesInternal(t *testing.T) {
 	defer free()
 	reg, r := cRegister(e, buf, 4096, nil, rw, true)
 	require.Equal(t, status.OK, r.Code, r.Msg)
-	base := table.Len()
+	base := lib.handles.Len()
 
 	for name := range exportCalls(0, 0, 0) {
 		if name == "engine_create" || name == "topology_json" {
 			continue // no engine to look up: TestEveryExportRecoversFirst covers them
 		}
 		t.Run(name, func(t *testing.T) {
-			bogus := table.Add(handles.Engine, 0, notAnEngine{})
-			defer table.Remove(handles.Engine, bogus) //nolint:errcheck // engine_destroy removes it first
+			bogus := lib.handles.Add(handles.Engine, 0, notAnEngine{})
+			defer lib.handles.Remove(handles.Engine, bogus) //nolint:errcheck // engine_destroy removes it first
 			r := exportCalls(bogus, reg, buf)[name]()
 			requireFail(t, status.Internal, r)
 			require.Contains(t, r.Msg, "panic: interface conversion")
@@ -635,7 +640,7 @@ func TestPanicBecomesInternal(t *testing.T) {
 		})
 	}
 	requireStats(t, e, 1, 4096)
-	require.Equal(t, base, table.Len())
+	require.Equal(t, base, lib.handles.Len())
 	_, r = cRegionInfo(e, reg, 0)
 	require.Equal(t, status.OK, r.Code, "the engine still works after the panics")
 }
@@ -759,7 +764,7 @@ func TestConcurrentUnregisterOneWinner(t *testing.T) {
 }
 
 func TestDestroyRacingRegistrations(t *testing.T) {
-	base := table.Len()
+	base := lib.handles.Len()
 	buf, free := cMalloc(1 << 20)
 	defer free()
 	for round := 0; round < 20; round++ {
@@ -782,6 +787,6 @@ func TestDestroyRacingRegistrations(t *testing.T) {
 		r = cEngineDestroy(e)
 		require.Equal(t, status.OK, r.Code, r.Msg)
 		wg.Wait()
-		require.Equal(t, base, table.Len(), "a handle outlived its engine")
+		require.Equal(t, base, lib.handles.Len(), "a handle outlived its engine")
 	}
 }

@@ -30,7 +30,8 @@
 //     fail(err), which stores err's message in the caller's thread-local
 //     last error and returns status.CodeOf(err).
 //
-//   - util.go holds the shared helpers: the process-wide handle table,
+//   - library.go holds the process-wide state (handle table, local peers,
+//     transports); util.go the shared helpers:
 //     lookupEngine/lookupRegion, engine.addChild (children of an engine
 //     die with it),
 //     checkStructSize (versioned structs), copyOut (string results with

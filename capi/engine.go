@@ -54,6 +54,7 @@ func tentgo_engine_create(opts C.uintptr_t, out C.uintptr_t) (st C.tent_status) 
 		return fail(err)
 	}
 	o.Logger = logs.Logger()
+	o.LocalPeers = lib.peers
 	// GPU memory is the engine's when the process has a CUDA driver with
 	// a GPU, whichever transports it installs.
 	if gpu, err := cumem.Open(); err == nil {
@@ -66,10 +67,10 @@ func tentgo_engine_create(opts C.uintptr_t, out C.uintptr_t) (st C.tent_status) 
 		return fail(err)
 	}
 	e := &engine{core: ce}
-	id := table.Add(handles.Engine, 0, e)
+	id := lib.handles.Add(handles.Engine, 0, e)
 	e.id.Store(id)
 	if err := writeValue(uintptr(out), C.uint64_t(id), "engine_out"); err != nil {
-		_, _ = table.Remove(handles.Engine, id)
+		_, _ = lib.handles.Remove(handles.Engine, id)
 		_ = ce.Close()
 		return fail(err)
 	}
@@ -186,7 +187,7 @@ func tentgo_engine_destroy(id C.uint64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	// Removing first makes concurrent destroys race for one winner and
 	// fails every later call on this handle with INVALID_HANDLE.
-	v, err := table.Remove(handles.Engine, uint64(id))
+	v, err := lib.handles.Remove(handles.Engine, uint64(id))
 	if err != nil {
 		return fail(err)
 	}
@@ -194,7 +195,7 @@ func tentgo_engine_destroy(id C.uint64_t) (st C.tent_status) {
 	e.destroyed.Store(true)
 	// Regions need nothing beyond removing their handles: Close drops them.
 	// Children that hold more (batches, segments) are released here too.
-	table.RemoveChildren(uint64(id))
+	lib.handles.RemoveChildren(uint64(id))
 	// The engine is gone from C's view whatever Close says: report its
 	// error, but the handle stays invalid.
 	if err := e.core.Close(); err != nil {
@@ -271,12 +272,12 @@ func (e *engine) stats() engineStats {
 		Regions:          uint64(cs.Regions),
 		RegisteredBytes:  cs.RegisteredBytes,
 		Reservations:     uint64(cs.Reservations),
-		Handles:          uint64(table.CountChildren(e.id.Load())),
+		Handles:          uint64(lib.handles.CountChildren(e.id.Load())),
 		Segments:         uint64(cs.Segments),
 		Batches:          uint64(cs.Batches),
 		RequestsInFlight: uint64(max(cs.RequestsInFlight, 0)),
 		Allocations:      uint64(cs.Allocations),
-		ProcessHandles:   uint64(table.Len()),
+		ProcessHandles:   uint64(lib.handles.Len()),
 		Transports:       cs.Transports,
 		Metadata:         cs.Metadata,
 		Listeners:        cs.Listeners,

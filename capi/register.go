@@ -54,7 +54,7 @@ func tentgo_register(id C.uint64_t, addr C.uintptr_t, length C.size_t, loc C.uin
 		return fail(err) // the engine is being destroyed; Close drops r
 	}
 	if err := writeValue(uintptr(out), rid, "region_out"); err != nil {
-		_, _ = table.Remove(handles.Region, uint64(rid))
+		_, _ = lib.handles.Remove(handles.Region, uint64(rid))
 		_ = e.core.Unregister(r)
 		return fail(err)
 	}
@@ -120,7 +120,7 @@ func tentgo_register_batch(id C.uint64_t, descs C.uintptr_t, n C.size_t, flags C
 	undo := func() {
 		for _, rid := range ids {
 			if rid != 0 {
-				_, _ = table.Remove(handles.Region, uint64(rid))
+				_, _ = lib.handles.Remove(handles.Region, uint64(rid))
 			}
 		}
 	}
@@ -183,7 +183,7 @@ func releaseRegion(id, rid C.uint64_t, allocated bool, release func(*core.Engine
 	if err := release(e.core, r.r); err != nil {
 		return fail(staleIfUnregistered(err))
 	}
-	_, _ = table.Remove(handles.Region, uint64(rid))
+	_, _ = lib.handles.Remove(handles.Region, uint64(rid))
 	return ok()
 }
 
@@ -248,7 +248,7 @@ func tentgo_unregister_batch(id C.uint64_t, regions C.uintptr_t, n C.size_t) (st
 		return fail(staleIfUnregistered(err))
 	}
 	for _, rid := range rids {
-		_, _ = table.Remove(handles.Region, rid)
+		_, _ = lib.handles.Remove(handles.Region, rid)
 	}
 	return ok()
 }

@@ -51,7 +51,7 @@ func lookupSegment(e *engine, id uint64) (*segment, error) {
 }
 
 func lookupBatch(id C.uint64_t) (*batch, error) {
-	v, err := table.Get(handles.Batch, uint64(id))
+	v, err := lib.handles.Get(handles.Batch, uint64(id))
 	if err != nil {
 		return nil, err
 	}
@@ -92,7 +92,7 @@ func tentgo_alloc(id C.uint64_t, size C.size_t, loc C.uintptr_t, flags C.uint32_
 		err = writeValue(uintptr(out), rid, "region_out")
 	}
 	if err != nil {
-		_, _ = table.Remove(handles.Region, uint64(rid))
+		_, _ = lib.handles.Remove(handles.Region, uint64(rid))
 		_ = e.core.Free(r)
 		return fail(err)
 	}
@@ -132,7 +132,7 @@ func tentgo_segment_open(id C.uint64_t, name C.uintptr_t, out C.uintptr_t) (st C
 		return fail(err)
 	}
 	if err := writeValue(uintptr(out), C.uint64_t(sid), "segment_out"); err != nil {
-		_, _ = table.Remove(handles.Segment, sid)
+		_, _ = lib.handles.Remove(handles.Segment, sid)
 		_ = e.core.CloseSegment(s)
 		return fail(err)
 	}
@@ -150,7 +150,7 @@ func tentgo_segment_close(id C.uint64_t, sid C.uint64_t) (st C.tent_status) {
 	if err != nil {
 		return fail(err)
 	}
-	if _, err := table.Remove(handles.Segment, uint64(sid)); err != nil {
+	if _, err := lib.handles.Remove(handles.Segment, uint64(sid)); err != nil {
 		return fail(err) // closed concurrently
 	}
 	if err := e.core.CloseSegment(s.s); err != nil {
@@ -310,7 +310,7 @@ func startTransfer(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintp
 		return nil, err
 	}
 	if err := writeValue(uintptr(out), C.uint64_t(bid), "batch_out"); err != nil {
-		if _, rerr := table.Remove(handles.Batch, bid); rerr == nil {
+		if _, rerr := lib.handles.Remove(handles.Batch, bid); rerr == nil {
 			_ = release(e, b)
 		}
 		return nil, err
@@ -405,7 +405,7 @@ func tentgo_batch_wait(bid C.uint64_t, timeoutMs C.int64_t) (st C.tent_status) {
 //export tentgo_batch_destroy
 func tentgo_batch_destroy(bid C.uint64_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	v, err := table.Remove(handles.Batch, uint64(bid))
+	v, err := lib.handles.Remove(handles.Batch, uint64(bid))
 	if err != nil {
 		return fail(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
-	"sync/atomic"
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/transport/cuda"
@@ -44,21 +43,23 @@ func (e *engine) transportList() string {
 	return strings.Join(names, ",")
 }
 
-// transportSpecs lists the transports built into libtent.so, each declared
-// by its package's spec with the options tent_engine_options gives it; core
-// orders them by rank. A transport added to the library is added here.
-func transportSpecs(tcpStreams uint32) []core.TransportSpec {
-	specs := []core.TransportSpec{
+// builtinTransports lists the transports built into libtent.so, each
+// declared by its package's spec with the options tent_engine_options gives
+// it; core orders them by rank. A transport added to the library is added
+// here.
+func builtinTransports(tcpStreams uint32) []core.TransportSpec {
+	return []core.TransportSpec{
 		local.Spec(),
 		cuda.Spec(),
 		shm.Spec(),
 		rdma.Spec(rdma.Options{}),
 		tcp.Spec(tcp.Options{Streams: int(tcpStreams)}),
 	}
-	if extra := testTransports.Load(); extra != nil {
-		specs = append(specs, *extra...)
-	}
-	return specs
+}
+
+// transportSpecs lists the transports an engine of the library may install.
+func transportSpecs(tcpStreams uint32) []core.TransportSpec {
+	return lib.transports(tcpStreams)
 }
 
 // knownTransport reports whether name is a transport of the library, for
@@ -75,8 +76,3 @@ func transportNames() []string {
 	}
 	return out
 }
-
-// testTransports, when set by a test, are offered to every engine created
-// after it, beside the built-in ones (fault-injecting fakes driven through
-// the C path).
-var testTransports atomic.Pointer[[]core.TransportSpec]

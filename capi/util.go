@@ -13,10 +13,6 @@ import (
 	"github.com/tent-dev/tent/status"
 )
 
-// table holds every handle given to C, of every engine. Ids are never
-// reused, so a stale id can never find another object.
-var table = handles.NewTable()
-
 // engine is the value behind a tent_engine handle.
 type engine struct {
 	// id is the engine's handle, set once right after it is added to the
@@ -37,7 +33,7 @@ type region struct {
 
 // lookupEngine returns the engine behind id.
 func lookupEngine(id C.uint64_t) (*engine, error) {
-	v, err := table.Get(handles.Engine, uint64(id))
+	v, err := lib.handles.Get(handles.Engine, uint64(id))
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +50,7 @@ func (r *region) owner() uint64 { return r.engine }
 // lookupChild returns the value of kind behind id, which must belong to e.
 func lookupChild[T child](e *engine, kind handles.Kind, id uint64) (T, error) {
 	var zero T
-	v, err := table.Get(kind, id)
+	v, err := lib.handles.Get(kind, id)
 	if err != nil {
 		return zero, err
 	}
@@ -75,11 +71,11 @@ func lookupRegion(e *engine, id uint64) (*region, error) {
 // invalidates it. If e is being destroyed meanwhile, the handle is removed
 // again and ErrInvalidHandle returned: the object belongs to a dead engine.
 func (e *engine) addChild(kind handles.Kind, v any) (uint64, error) {
-	id := table.Add(kind, e.id.Load(), v)
+	id := lib.handles.Add(kind, e.id.Load(), v)
 	// Destroy sets destroyed before RemoveChildren: either it sees our
 	// entry, or we see the flag here (both are sequentially consistent).
 	if e.destroyed.Load() {
-		_, _ = table.Remove(kind, id)
+		_, _ = lib.handles.Remove(kind, id)
 		return 0, status.Errorf(status.InvalidHandle, "engine %#x was destroyed during the call", e.id.Load())
 	}
 	return id, nil

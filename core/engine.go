@@ -60,6 +60,9 @@ type Options struct {
 	// allocate and stage besides host memory, which it always has (e.g.
 	// memory/cuda's GPU memory). Nil means host memory only.
 	Memory []memory.Kind
+	// LocalPeers is the set of engines this one reaches directly, without
+	// the network, and that reach it so; nil means a set of its own.
+	LocalPeers *LocalPeers
 }
 
 const (
@@ -90,6 +93,9 @@ func (o *Options) withDefaults() Options {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	if c.LocalPeers == nil {
+		c.LocalPeers = NewLocalPeers()
+	}
 	return c
 }
 
@@ -105,6 +111,7 @@ type Engine struct {
 	dir           Directory
 	scope         string // dir's scope: where engines of this process find e by name
 	byAddress     bool   // ... and by listen address
+	localPeers    *LocalPeers
 	notes         *notifyQueue
 	mem           *memory.Layer
 	machine       string       // MachineID, read once at creation
@@ -163,7 +170,7 @@ func New(o Options) (*Engine, error) {
 		notes: newNotifyQueue(), peers: map[string]*Peer{}, segments: map[*Segment]struct{}{},
 		batches: map[*Batch]struct{}{}, links: map[*link]struct{}{},
 		subscribers: map[chan struct{}]struct{}{}, allocs: map[*Allocation]struct{}{},
-		installing: map[string]bool{}, mem: mem, machine: readMachineID(), available: available,
+		installing: map[string]bool{}, mem: mem, localPeers: opts.LocalPeers, machine: readMachineID(), available: available,
 	}
 	var seed [8]byte
 	_, _ = rand.Read(seed[:])
@@ -202,7 +209,7 @@ func New(o Options) (*Engine, error) {
 		_ = e.Close()
 		return nil, err
 	}
-	if err := registerLocal(e); err != nil {
+	if err := e.localPeers.add(e); err != nil {
 		_ = e.Close()
 		return nil, err
 	}
@@ -491,7 +498,7 @@ func (e *Engine) Close() error {
 	}
 	e.mu.Unlock()
 
-	unregisterLocal(e)
+	e.localPeers.remove(e)
 	_ = e.dir.Close()
 	e.log.Debug("engine closing", "batches", len(batches), "regions", len(regions))
 	// Movers first: a batch becomes final only once they let go of it.

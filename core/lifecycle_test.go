@@ -24,7 +24,7 @@ func TestCloseWaitsForPeerCopies(t *testing.T) {
 	a := newLocalEngine(t, core.Options{})
 	// Close waits for the copy however slow the machine (the timeout only
 	// bounds a copy that never ends).
-	b, err := core.New(core.Options{Available: available(), Transports: []string{"local"}, UnregisterTimeout: time.Minute})
+	b, err := core.New(core.Options{Available: available(), Transports: []string{"local"}, UnregisterTimeout: time.Minute, LocalPeers: thisProcess})
 	require.NoError(t, err)
 	src, _ := buf(t, a, n, 0)
 	dst := make([]byte, n)

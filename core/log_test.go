@@ -67,13 +67,13 @@ func TestLoggerDefaultsToDiscard(t *testing.T) {
 // page each, and a segment on the target.
 func logPair(t *testing.T, log *slog.Logger, movers ...core.Transport) (*core.Engine, *core.Segment, core.TransferRequest) {
 	t.Helper()
-	a, err := core.New(core.Options{Transports: []string{}, Logger: log})
+	a, err := core.New(core.Options{Transports: []string{}, Logger: log, LocalPeers: thisProcess})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = a.Close() })
 	for _, m := range movers {
 		require.NoError(t, a.Install(m))
 	}
-	b, err := core.New(core.Options{Transports: []string{}})
+	b, err := core.New(core.Options{Transports: []string{}, LocalPeers: thisProcess})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = b.Close() })
 	src, dst := make([]byte, 4096), make([]byte, 4096)

@@ -140,17 +140,21 @@ func TestInProcessPeersNeedTheSecret(t *testing.T) {
 	require.ErrorIs(t, err, status.ErrInvalidArgument)
 }
 
-// A name answers for one live engine of a process: a second engine asking
-// for it is refused (opening it would reach the first), and the name is
-// free again once its engine is closed.
+// A name answers for one live engine of a set of local peers: a second
+// engine asking for it is refused (opening it would reach the first), and
+// the name is free again once its engine is closed.
 func TestTwoEnginesOfOneProcessCannotShareAName(t *testing.T) {
-	first, err := core.New(core.Options{Name: "shared-name", Available: available(), Transports: []string{"local"}})
+	peers := core.NewLocalPeers()
+	opts := func(name string) core.Options {
+		return core.Options{Name: name, Available: available(), Transports: []string{"local"}, LocalPeers: peers}
+	}
+	first, err := core.New(opts("shared-name"))
 	require.NoError(t, err)
-	_, err = core.New(core.Options{Name: "shared-name", Available: available(), Transports: []string{"local"}})
+	_, err = core.New(opts("shared-name"))
 	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
 
 	// An engine named like another's listen address is refused too.
-	_, err = core.New(core.Options{Name: first.ListenAddr(), Available: available(), Transports: []string{"local"}})
+	_, err = core.New(opts(first.ListenAddr()))
 	require.Equal(t, status.NameInUse, status.CodeOf(err), "%v", err)
 
 	s, err := first.OpenSegment("shared-name")
@@ -159,10 +163,39 @@ func TestTwoEnginesOfOneProcessCannotShareAName(t *testing.T) {
 	require.NoError(t, first.CloseSegment(s))
 
 	require.NoError(t, first.Close())
-	second := newLocalEngine(t, core.Options{Name: "shared-name"})
+	second := newLocalEngine(t, opts("shared-name"))
 	s, err = second.OpenSegment("shared-name")
 	require.NoError(t, err)
 	require.Same(t, second, s.Peer().Local())
+}
+
+// Engines reach each other in-process only when given the same set of
+// local peers: one outside the set is reached over the network, and a
+// name taken in one set is free in another.
+func TestLocalPeersAreTheCallersSet(t *testing.T) {
+	ours, theirs := core.NewLocalPeers(), core.NewLocalPeers()
+	a := newLocalEngine(t, core.Options{Name: "set-member", LocalPeers: ours, Transports: []string{"tcp"}})
+	b := newLocalEngine(t, core.Options{LocalPeers: ours, Transports: []string{"tcp"}})
+	c := newLocalEngine(t, core.Options{LocalPeers: theirs, Transports: []string{"tcp"}})
+	_ = newLocalEngine(t, core.Options{Name: "set-member", LocalPeers: theirs, Transports: []string{"tcp"}})
+
+	s, err := b.OpenSegment("set-member")
+	require.NoError(t, err)
+	require.Same(t, a, s.Peer().Local())
+	s, err = c.OpenSegment(b.ListenAddr())
+	require.NoError(t, err)
+	require.Nil(t, s.Peer().Local(), "an engine of another set is not local")
+	require.Equal(t, b.Name(), s.Peer().Desc().Name)
+
+	// An engine given no set has one of its own: it reaches itself
+	// directly and nobody else does.
+	alone := newLocalEngine(t, core.Options{LocalPeers: core.NewLocalPeers(), Transports: []string{"tcp"}})
+	s, err = alone.OpenSegment(alone.Name())
+	require.NoError(t, err)
+	require.Same(t, alone, s.Peer().Local())
+	s, err = b.OpenSegment(alone.ListenAddr())
+	require.NoError(t, err)
+	require.Nil(t, s.Peer().Local())
 }
 
 // A metadata URL without a directory to open it is refused, not served as

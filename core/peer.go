@@ -188,8 +188,8 @@ func controlAddr(d *wire.SegmentDesc) string {
 func (e *Engine) resolve(p *Peer, deadline time.Time) (*wire.SegmentDesc, error) {
 	// An engine of this process that answers to the name in this
 	// directory's scope is reached directly: a scope grants a name to one
-	// engine of the process only (registerLocal).
-	if local := lookupLocal(e.scope, p.name); local != nil {
+	// engine of a LocalPeers only (LocalPeers.add).
+	if local := e.localPeers.lookup(e.scope, p.name); local != nil {
 		if err := e.sameSecret(local); err != nil {
 			return nil, err
 		}
@@ -363,53 +363,4 @@ func (e *Engine) CloseSegment(s *Segment) error {
 	e.dropPeerRef(s.peer)
 	e.log.Debug("segment closed", "peer", s.peer.name)
 	return nil
-}
-
-// Process-wide registry of live engines, so peers in the same process are
-// reached directly. Keys are a directory scope and a name in it.
-var (
-	localMu     sync.Mutex
-	localByName = map[localKey]*Engine{}
-)
-
-type localKey struct{ scope, name string }
-
-// registerLocal makes e reachable, from engines of this process with a
-// directory of the same scope, by its name (and its listen address, where
-// the scope names engines by address). A key another live engine holds is
-// refused: opening it would reach the other engine, and data meant for e
-// would land there. Directories that grant names themselves (etcd) have
-// refused a taken one before this (New publishes first).
-func registerLocal(e *Engine) error {
-	localMu.Lock()
-	defer localMu.Unlock()
-	keys := []localKey{{e.scope, e.name}}
-	if a := e.ln.addr(); a != e.name && e.byAddress {
-		keys = append(keys, localKey{e.scope, a})
-	}
-	for _, k := range keys {
-		if other, taken := localByName[k]; taken && other != e {
-			return status.Errorf(status.NameInUse, "engine name %q is already used by another engine of this process", k.name)
-		}
-	}
-	for _, k := range keys {
-		localByName[k] = e
-	}
-	return nil
-}
-
-func unregisterLocal(e *Engine) {
-	localMu.Lock()
-	defer localMu.Unlock()
-	for k, x := range localByName {
-		if x == e {
-			delete(localByName, k)
-		}
-	}
-}
-
-func lookupLocal(scope, name string) *Engine {
-	localMu.Lock()
-	defer localMu.Unlock()
-	return localByName[localKey{scope, name}]
 }

@@ -21,14 +21,14 @@ func BenchmarkSubmit128(b *testing.B) {
 }
 
 func benchSubmit128(b *testing.B, log *slog.Logger) {
-	a, err := core.New(core.Options{Transports: []string{}, Logger: log})
+	a, err := core.New(core.Options{Transports: []string{}, Logger: log, LocalPeers: thisProcess})
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer a.Close()
 	m := coretest.NewMover("fake")
 	_ = a.Install(m)
-	t, _ := core.New(core.Options{Transports: []string{}})
+	t, _ := core.New(core.Options{Transports: []string{}, LocalPeers: thisProcess})
 	defer t.Close()
 	src := make([]byte, 128*4096)
 	dst := make([]byte, 128*4096)

@@ -28,8 +28,15 @@ func buf(t *testing.T, e *core.Engine, n int, perm core.Perm) ([]byte, *core.Reg
 	return b, r
 }
 
+// thisProcess is the set of local peers the tests' engines share, as the
+// engines of one libtent.so do: they reach each other in-process.
+var thisProcess = core.NewLocalPeers()
+
 func newLocalEngine(t *testing.T, opts core.Options) *core.Engine {
 	t.Helper()
+	if opts.LocalPeers == nil {
+		opts.LocalPeers = thisProcess
+	}
 	if opts.Transports == nil {
 		opts.Transports = []string{"local"}
 	}

@@ -169,6 +169,10 @@ func countFDs() int {
 	return len(ents) - 1
 }
 
+// thisProcess is the set of local peers the check's engines share: the
+// host checks move between two engines of this process.
+var thisProcess = core.NewLocalPeers()
+
 // newEngine is an engine with GPU memory (when the process has a driver),
 // the cuda transport and tcp (which stages GPU memory no fd can share).
 func newEngine() (*core.Engine, error) {
@@ -180,5 +184,6 @@ func newEngine() (*core.Engine, error) {
 		Available:      []core.TransportSpec{cudatransport.Spec(), tcp.Spec(tcp.Options{})},
 		Memory:         kinds,
 		DefaultTimeout: time.Minute,
+		LocalPeers:     thisProcess,
 	})
 }

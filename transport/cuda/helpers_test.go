@@ -67,9 +67,14 @@ func live(f *fakecuda.Fake) fakecuda.Counters {
 	return c
 }
 
+// thisProcess is the set of local peers the tests' engines share, as the
+// engines of one libtent.so do.
+var thisProcess = core.NewLocalPeers()
+
 func newEngine(t *testing.T, transports ...string) (*core.Engine, *Transport) {
 	t.Helper()
-	e, err := core.New(core.Options{Available: available(), Transports: transports, DefaultTimeout: 10 * time.Second, Memory: gpuMemory()})
+	e, err := core.New(core.Options{Available: available(), Transports: transports, DefaultTimeout: 10 * time.Second,
+		Memory: gpuMemory(), LocalPeers: thisProcess})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close() })
 	return e, cudaOf(e)
