@@ -77,7 +77,7 @@ from tent._units import human, parse_seconds, parse_size
 
 PROTO = "tb1"
 MEM_KINDS = ("alloc", "register")
-TRANSPORTS = ("local", "shm", "tcp")
+TRANSPORTS = ("local", "shm", "tcp", "rdma")
 
 # ---- sizes and lists ------------------------------------------------------------
 
@@ -569,7 +569,7 @@ def expand(args: argparse.Namespace) -> List[Point]:
     for entry in args.transport:
         t, _, mem = entry.partition(":")
         if t not in TRANSPORTS:
-            raise SystemExit(f"sweep: unknown transport {t!r} (local, shm, tcp)")
+            raise SystemExit(f"sweep: unknown transport {t!r} (local, shm, tcp, rdma)")
         mems = [mem] if mem else args.target_mem
         for m in mems:
             if m not in MEM_KINDS:
@@ -947,7 +947,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("sweep (comma-separated lists; every combination runs)")
     s.add_argument("--transport", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
                    default=["shm", "tcp"],
-                   help="local, shm, tcp; TRANSPORT:MEM picks the target memory for one entry (default shm,tcp)")
+                   help="local, shm, tcp, rdma; TRANSPORT:MEM picks the target memory for one entry (default shm,tcp)")
     s.add_argument("--target-mem", type=lambda t: [x.strip() for x in t.split(",") if x.strip()],
                    default=["alloc"], help="alloc (tent_alloc, memfd) and/or register (plain registered memory)")
     s.add_argument("--op", type=parse_ops, default=["WRITE"], help="write, read (default write)")

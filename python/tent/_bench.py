@@ -8,8 +8,10 @@ within 256 MiB per side. Printed: GB/s (1e9 bytes/s), requests/s, the
 batch latency (submit to wait returning) p50 and p99, the transport that
 served the last batch, and with ``--check`` a CRC-32 comparison of the
 destination with the source after the point. ``local`` moves data within
-this process; shm and tcp to a peer (``python -m tent peer``) that
-allocates its memory with tent_alloc.
+this process; shm, tcp and rdma to a peer (``python -m tent peer``) that
+allocates its memory with tent_alloc. rdma needs a verbs device (or the
+fake libibverbs the tests build, named by TENT_RDMA_VERBS_LIBRARY); where
+there is none the run stops with the reason the engine gives.
 
 This is the small runner shipped with the package. The benchmarks
 themselves (sweeps with the machine's limits, plots, the C++ twin, the
@@ -33,7 +35,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from ._units import parse_seconds, parse_size
 
-TRANSPORTS = ("local", "shm", "tcp")
+TRANSPORTS = ("local", "shm", "tcp", "rdma")
 SPAN = 256 << 20
 
 
@@ -66,7 +68,7 @@ def percentile(sorted_xs: List[float], q: float) -> float:
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--transport", type=_list(str, TRANSPORTS), default=["shm", "tcp"],
-                   help="comma-separated: local, shm, tcp (default shm,tcp)")
+                   help="comma-separated: local, shm, tcp, rdma (default shm,tcp)")
     p.add_argument("--op", type=_list(str.upper, ("READ", "WRITE")), default=["WRITE"],
                    help="write and/or read (default write)")
     p.add_argument("--block-size", type=_list(parse_size), default=[64 << 10],
@@ -165,6 +167,13 @@ def main(args: argparse.Namespace) -> int:
     biggest = max(max(b, min(SPAN, b * args.batch)) for b in args.block_size)
     failures = 0
     with _cli.eng.Engine(**kw) as engine:
+        missing = [t for t in args.transport if t != "local" and t not in engine.transports]
+        if missing:
+            why = engine.stats().get("unavailable", {})
+            for t in missing:
+                print(f"tent-bench: transport {t} is not installed: {why.get(t, 'not available in this library')}",
+                      file=sys.stderr)
+            return 3
         local: Dict[str, Any] = {"source": engine.alloc(biggest)}
         peer = None
         try:

@@ -11,8 +11,9 @@
 //     transport opened (all or nothing), with remote access exactly the
 //     region's permissions; UnregisterMemory deregisters before it returns,
 //     so the rkeys die with the registration;
-//   - the descriptor: Attachments publishes, per region, each NIC's rkey;
-//     Endpoints publishes the NICs and their affinity;
+//   - the descriptor: Attachments publishes, per region, each NIC's rkey
+//     and which NICs are near the region's memory; Endpoints publishes the
+//     engine's listener, where queue pairs are connected;
 //   - connections: QP parameters are exchanged over the engine's
 //     authenticated listener (channel kind KindConnect), one connection per
 //     queue pair; the target keeps its queue pair exactly as long as that

@@ -25,6 +25,13 @@ type Options struct {
 	// SysfsRoot is where NIC affinity is read (/sys/class/infiniband/<dev>);
 	// "" means /sys. Tests point it at a directory of their own.
 	SysfsRoot string
+
+	// beforeRegMR, set by tests, runs before each ibv_reg_mr with the NIC's
+	// index (a panic in the middle of a batch).
+	beforeRegMR func(nic int)
+	// open, set by tests, opens the verbs library instead of package
+	// verbs (an in-process fabric).
+	open func(path string) (devLibrary, error)
 }
 
 // Spec declares the transport to an engine, with options o.

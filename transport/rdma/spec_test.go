@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/cshared"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
 )
@@ -47,4 +48,21 @@ func TestNamingUnavailableRDMAIsUnsupported(t *testing.T) {
 	require.NoError(t, e.Uninstall(tcp.Name))
 	_, err = e.Submit([]core.TransferRequest{{Op: core.OpWrite, Len: 1}}, core.TransferOptions{Transport: tcp.Name})
 	require.ErrorIs(t, err, status.ErrNotFound, "an uninstalled transport is not found")
+}
+
+// With a library that lists devices (the fake, two devices) the transport
+// opens them through the binding; this binding cannot yet, and says so.
+func TestDevicesListedButNotOpenable(t *testing.T) {
+	lib := filepath.Join(t.TempDir(), "libibverbs.so.1")
+	require.NoError(t, cshared.Build(cshared.Library{Source: "fakeverbs/fakeverbs.c", Out: lib}))
+	t.Setenv("FAKEVERBS_DEVICES", "2")
+	e, err := core.New(core.Options{Available: []core.TransportSpec{Spec(Options{Library: lib}), tcp.Spec(tcp.Options{})}})
+	require.NoError(t, err)
+	defer e.Close()
+	require.Contains(t, e.Stats().Unavailable[Name], "opening RDMA device fake_0")
+	t.Setenv("FAKEVERBS_DEVICES", "0")
+	e2, err := core.New(core.Options{Available: []core.TransportSpec{Spec(Options{Library: lib}), tcp.Spec(tcp.Options{})}})
+	require.NoError(t, err)
+	defer e2.Close()
+	require.Contains(t, e2.Stats().Unavailable[Name], "no RDMA device")
 }

@@ -1,0 +1,257 @@
+package rdma
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/wire"
+)
+
+// chunk is the largest piece of a request one work request carries; a
+// larger request is split into chunks striped across the queue pairs of
+// its NICs.
+const chunk = 1 << 20
+
+// workRequest is one posted (or waiting) RDMA operation: a whole small
+// request or one chunk of a large one.
+type workRequest struct {
+	wr       sendWR
+	req      *pending
+	qp       *queuePair
+	deadline time.Time
+}
+
+// pending is one core request in flight: done when all its work requests
+// are.
+type pending struct {
+	done  func(n uint64, err error) // the request's Done
+	left  atomic.Int32
+	bytes atomic.Uint64
+	mu    sync.Mutex
+	err   error
+}
+
+// complete records one work request's outcome; the last one reports the
+// request to core. A permission failure (the NIC refused the access) wins
+// over the transport failures it causes on the rest of the queue pair, so
+// the caller sees why.
+func (p *pending) complete(n *nic, wr *workRequest, moved uint64, err error) {
+	if err != nil {
+		p.mu.Lock()
+		if p.err == nil || (status.CodeOf(err) == status.PermissionDenied && status.CodeOf(p.err) != status.PermissionDenied) {
+			p.err = err
+		}
+		p.mu.Unlock()
+	} else {
+		p.bytes.Add(moved)
+		n.bytes.Add(int64(moved))
+		n.requests.Add(1)
+	}
+	if p.left.Add(-1) != 0 {
+		return
+	}
+	p.mu.Lock()
+	err = p.err
+	p.mu.Unlock()
+	if err != nil {
+		p.done(0, err)
+		return
+	}
+	p.done(p.bytes.Load(), nil)
+}
+
+// route is where a request goes: its pairs of (local NIC, remote NIC) to
+// stripe over, with the keys for each.
+type route struct {
+	pairs []nicPair
+}
+
+type nicPair struct {
+	local, remote int
+	lkey, rkey    uint32
+}
+
+// endpointOf is the peer's rdma endpoint (its listener), or "".
+func endpointOf(d *wire.SegmentDesc) string {
+	if d == nil {
+		return ""
+	}
+	for _, ep := range d.Endpoints {
+		if ep.Transport == Name {
+			return ep.Addr
+		}
+	}
+	return ""
+}
+
+// routeFor plans r: the local NICs near its memory, the peer's NICs near
+// its region, and the keys of both. ok is false when rdma cannot serve r.
+func (t *Transport) routeFor(r *core.Request) (route, bool) {
+	if t.why != "" || endpointOf(r.Desc) == "" || r.LocalRegion == nil || !servable(r.LocalRegion) {
+		return route{}, false
+	}
+	lkeys := t.lkeys(r.LocalRegion)
+	if lkeys == nil {
+		return route{}, false
+	}
+	keys, err := remoteKeys(&r.RemoteRegion)
+	if err != nil {
+		return route{}, false
+	}
+	var near, all []remoteKey
+	for _, k := range keys {
+		all = append(all, k)
+		if k.Near {
+			near = append(near, k)
+		}
+	}
+	if len(near) == 0 {
+		near = all
+	}
+	local := nicsFor(t.infos(), r.LocalRegion.Loc.Device)
+	n := max(len(local), len(near))
+	rt := route{pairs: make([]nicPair, n)}
+	for i := range n {
+		l, k := local[i%len(local)], near[i%len(near)]
+		rt.pairs[i] = nicPair{local: l, remote: int(k.NIC), lkey: lkeys[l], rkey: k.RKey}
+	}
+	return rt, true
+}
+
+// Eligible reports whether rdma can serve r: the peer publishes an rdma
+// endpoint and keys for the region, and the local memory is registered
+// with this transport's NICs.
+func (t *Transport) Eligible(r *core.Request) bool {
+	_, ok := t.routeFor(r)
+	return ok
+}
+
+// Submit splits each request into work requests, groups them by queue
+// pair and posts each group as one chain.
+func (t *Transport) Submit(reqs []*core.Request) {
+	type target struct {
+		key  connKey
+		addr string
+	}
+	groups := map[target][]*workRequest{}
+	var order []target
+	deadlines := map[target]time.Time{}
+	for _, r := range reqs {
+		rt, ok := t.routeFor(r)
+		if !ok {
+			r.Done(0, status.Errorf(status.TransportError, "rdma: cannot serve this request (no keys or endpoint)"))
+			continue
+		}
+		p := &pending{done: r.Done}
+		pieces := int((r.Len + chunk - 1) / chunk)
+		if pieces == 0 {
+			pieces = 1
+		}
+		p.left.Store(int32(pieces))
+		first := int(t.spread.Add(1))
+		for i := range pieces {
+			off := uint64(i) * chunk
+			n := min(r.Len-off, chunk)
+			pair := rt.pairs[(first+i)%len(rt.pairs)]
+			op := opWrite
+			if r.Op == core.OpRead {
+				op = opRead
+			}
+			wr := &workRequest{req: p, deadline: r.Deadline, wr: sendWR{
+				ID: t.ids.Add(1), Op: op, LocalAddr: r.Local + off, Length: uint32(n), LKey: pair.lkey,
+				RemoteAddr: r.Remote + off, RKey: pair.rkey, Signaled: true,
+			}}
+			tg := target{key: connKey{peer: r.Desc.Name, incarnation: r.Desc.Incarnation, local: pair.local, remote: pair.remote},
+				addr: endpointOf(r.Desc)}
+			if _, seen := groups[tg]; !seen {
+				order = append(order, tg)
+			}
+			groups[tg] = append(groups[tg], wr)
+			if d := deadlines[tg]; d.IsZero() || r.Deadline.Before(d) {
+				deadlines[tg] = r.Deadline
+			}
+		}
+	}
+	for _, tg := range order {
+		wrs := groups[tg]
+		qp, err := t.queuePairFor(tg.key, tg.addr, deadlines[tg])
+		if err != nil {
+			n := t.nics[tg.key.local]
+			for _, wr := range wrs {
+				wr.req.complete(n, wr, 0, err)
+			}
+			continue
+		}
+		t.enqueue(qp, wrs)
+	}
+}
+
+// enqueue adds work to a queue pair and posts what its send queue has room
+// for.
+func (t *Transport) enqueue(qp *queuePair, wrs []*workRequest) {
+	n := qp.nic
+	n.mu.Lock()
+	if qp.state == qpBroken {
+		err := qp.err
+		n.mu.Unlock()
+		if err == nil || status.CodeOf(err) == status.PermissionDenied {
+			// A refused access broke it; this work was not refused.
+			err = status.Errorf(status.TransportError, "rdma: queue pair to %s broke", qp.key.peer)
+		}
+		for _, wr := range wrs {
+			wr.req.complete(n, wr, 0, err)
+		}
+		return
+	}
+	for _, wr := range wrs {
+		wr.qp = qp
+	}
+	qp.queue = append(qp.queue, wrs...)
+	failed := t.flushLocked(qp)
+	n.mu.Unlock()
+	n.poke()
+	if failed != nil {
+		t.breakQP(qp, failed)
+	}
+}
+
+// flushLocked posts queued work while the send queue has room, at most
+// maxPost work requests per post. It returns the error of a failed post;
+// the caller breaks the queue pair (outside the lock). Call with qp.nic.mu
+// held.
+func (t *Transport) flushLocked(qp *queuePair) error {
+	n := qp.nic
+	if qp.state != qpReady {
+		return nil
+	}
+	for len(qp.queue) > 0 && qp.posted < sendDepth {
+		k := min(len(qp.queue), sendDepth-qp.posted, maxPost)
+		batch := qp.queue[:k]
+		wrs := make([]sendWR, k)
+		for i, wr := range batch {
+			wrs[i] = wr.wr
+			n.inflight[wr.wr.ID] = wr
+		}
+		qp.queue = qp.queue[k:]
+		qp.posted += k
+		t.posts.Add(1)
+		if err := qp.qp.PostSend(wrs); err != nil {
+			return status.Errorf(status.TransportError, "rdma: posting to %s: %v", qp.key.peer, err)
+		}
+	}
+	return nil
+}
+
+// wcError is the status a failed completion reports: the NIC refusing an
+// access (a key revoked by unregister, a write to read-only memory) is a
+// permission failure, not worth a retry; anything else is the transport's
+// (retried once on the next transport).
+func wcError(c completion, peer string) error {
+	if c.Status == wcRemoteAccessError {
+		return status.Errorf(status.PermissionDenied, "rdma: %s refused the access at its NIC (%v)", peer, c.Status)
+	}
+	return status.Errorf(status.TransportError, "rdma: work request to %s failed: %v", peer, c.Status)
+}
