@@ -27,6 +27,7 @@ message and the tent exception as ``tent_error``.
 
 from __future__ import annotations
 
+import array
 import base64
 import enum
 import os
@@ -269,6 +270,13 @@ class _Xfer:
 def _indices(np: Any, values: Any) -> Any:
     """Descriptor indices as a 1-D int64 array: integers only (a float
     index would be truncated silently by an int64 conversion)."""
+    if type(values) is list:
+        # The common case (a connector's block ids): one C loop, which
+        # refuses floats and values past int64 itself.
+        try:
+            return np.frombuffer(array.array("q", values), dtype=np.int64)
+        except (TypeError, OverflowError):
+            raise nixlInvalidParamError("make_prepped_xfer: indices must be integers") from None
     try:
         arr = np.asarray(values)
         if arr.size == 0:
