@@ -119,7 +119,7 @@ func (t *Transport) dial(e *core.Engine, desc *wire.SegmentDesc, tcp bool, deadl
 func (t *Transport) dialSession(e *core.Engine, desc *wire.SegmentDesc, tcp bool, deadline time.Time) (*session, error) {
 	s := &session{t: t, key: sessKey{desc.Incarnation, tcp}, name: desc.Name, wait: map[uint64]*call{}, done: make(chan struct{})}
 	if tcp {
-		addr := t.endpoint(desc, "ctl")
+		addr := t.endpoint(desc, wire.ControlEndpoint)
 		if addr == "" {
 			return nil, status.Errorf(status.TransportError, "cuda: %s publishes no control endpoint", desc.Name)
 		}

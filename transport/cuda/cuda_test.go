@@ -529,7 +529,6 @@ func TestUninstallInFlight(t *testing.T) {
 				require.Equal(t, status.OK, code, "%v", err)
 				require.Equal(t, peertest.Pattern(0, size), readDev(t, d, lr.Addr, size))
 			}
-			testHook = nil
 			require.Equal(t, base, live(f))
 			waitFDs(t, fds0-1)
 			// The target let go of the lease: the buffer frees at once.
@@ -564,7 +563,6 @@ func TestCloseInFlight(t *testing.T) {
 	code, _ := b.Wait(-1)
 	require.Equal(t, status.Closed, code)
 	<-b.Settled()
-	testHook = nil
 	f.AssertClean(t)
 	waitFDs(t, fds0)
 	eventually(t, "peer leases released", func() bool { return peerStats(t, peer)["leases"] == 0 })
@@ -791,7 +789,6 @@ func TestCancelInFlight(t *testing.T) {
 	require.Equal(t, status.Canceled, code)
 	require.Zero(t, tr.Stats()["inflight"])
 	eventually(t, "peer leases released", func() bool { return peerStats(t, peer)["leases"] == 0 })
-	testHook = nil
 	require.NoError(t, e.Close())
 	f.AssertClean(t)
 	require.NoError(t, peer.Stop())
@@ -831,7 +828,6 @@ func TestTargetUninstallWaitsForLeases(t *testing.T) {
 	ms, err := strconv.Atoi(<-took)
 	require.NoError(t, err)
 	require.Less(t, ms, int(closeWait/time.Millisecond), "the target waited no longer than needed")
-	testHook = nil
 	// Its sessions are gone: our imports of it went with them.
 	eventually(t, "imports released", func() bool { return cudaOf(e).Stats()["mappings"] == 0 })
 	require.NoError(t, e.Close())

@@ -45,7 +45,6 @@ func useFake(t *testing.T, opts ...fakecuda.Option) (*fakecuda.Fake, *cu.Driver)
 	testDriver = d
 	t.Cleanup(func() {
 		testDriver = nil
-		testHook = nil
 	})
 	return f, d
 }
@@ -118,21 +117,26 @@ func transfer(t *testing.T, e *core.Engine, reqs ...core.TransferRequest) (statu
 }
 
 // submitHeld submits req as a batch of one and returns once the transport
-// has reached stage with it (testHook: "leased", "queued"); it stays
-// blocked there until release is called.
+// has reached stage with it (Transport.stageHook: "leased", "queued"); it stays
+// blocked there until release is called, which also removes the hook.
 func submitHeld(t *testing.T, e *core.Engine, stage string, req core.TransferRequest) (b *core.Batch, release func()) {
 	t.Helper()
 	entered, released := make(chan struct{}, 1), make(chan struct{})
-	testHook = func(s string) {
+	hook := func(s string) {
 		if s == stage {
 			entered <- struct{}{}
 			<-released
 		}
 	}
+	tr := cudaOf(e)
+	tr.stageHook.Store(&hook)
 	b, err := e.Submit([]core.TransferRequest{req}, core.TransferOptions{Timeout: 10 * time.Second})
 	require.NoError(t, err)
 	<-entered
-	return b, func() { close(released) }
+	return b, func() {
+		tr.stageHook.Store(nil) // later batches run through
+		close(released)
+	}
 }
 
 func mustTransfer(t *testing.T, e *core.Engine, reqs ...core.TransferRequest) {

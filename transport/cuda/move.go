@@ -10,14 +10,10 @@ import (
 	"github.com/tent-dev/tent/wire"
 )
 
-// testHook, when set (tests only), is called at stages of a batch:
-// "leased" after the lease and imports, before any copy is queued, and
-// "queued" after the copies are queued, before waiting for them.
-var testHook func(stage string)
-
-func hook(stage string) {
-	if h := testHook; h != nil {
-		h(stage)
+// hook calls the transport's stage hook, if one is set (see stageHook).
+func (t *Transport) hook(stage string) {
+	if h := t.stageHook.Load(); h != nil {
+		(*h)(stage)
 	}
 }
 
@@ -187,7 +183,7 @@ func (j *job) copyAll(xs []*xfer) {
 		}
 		u.xs = append(u.xs, x)
 	}
-	hook("queued")
+	t.hook("queued")
 	for _, u := range order {
 		deadline := j.reqs[u.xs[0].i].Deadline
 		if err := t.fence(u.s, deadline); err != nil {
@@ -231,7 +227,7 @@ func (j *job) local(target *core.Engine, idx []int) {
 	if len(xs) == 0 {
 		return
 	}
-	hook("leased")
+	t.hook("leased")
 	j.copyAll(xs)
 	for _, h := range hs {
 		target.Release(h.region)
@@ -310,7 +306,7 @@ func (j *job) remote(p *core.Peer, desc *wire.SegmentDesc, idx []int) {
 	if len(xs) == 0 {
 		return
 	}
-	hook("leased")
+	t.hook("leased")
 	j.copyAll(xs)
 	// The copies are done: give the ranges back before reporting, so a
 	// caller that unregisters at the target right after does not wait.

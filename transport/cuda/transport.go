@@ -64,6 +64,10 @@ type Transport struct {
 	releaseFailures atomic.Int64
 
 	noInvalidate atomic.Bool // tests: ignore revocations and descriptor changes
+	// stageHook, when set (fault injection in tests), is called at stages
+	// of a batch: "leased" after the lease and imports, before any copy is
+	// queued, and "queued" after the copies are queued, before waiting.
+	stageHook atomic.Pointer[func(stage string)]
 }
 
 // New returns an uninstalled transport.
@@ -430,7 +434,7 @@ func (t *Transport) Eligible(r *core.Request) bool {
 		return r.RemoteRegion.AllocID != 0 && r.RemoteRegion.Perm&wire.PermMask == wire.PermMask
 	}
 	_, _, fab := fabricAttachment(&r.RemoteRegion)
-	return fab && t.endpoint(r.Desc, "ctl") != ""
+	return fab && t.endpoint(r.Desc, wire.ControlEndpoint) != ""
 }
 
 // ListenerStats reports the same-host listener's accept loop; false while
