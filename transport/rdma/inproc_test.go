@@ -15,7 +15,6 @@ import (
 	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
-	"github.com/tent-dev/tent/wire"
 )
 
 const rw = core.PermRemoteRead | core.PermRemoteWrite
@@ -417,4 +416,33 @@ func TestPeerGoneMidBatch(t *testing.T) {
 	require.Equal(t, fabricCounts{}, p.f.counts())
 }
 
-var _ = wire.Endpoint{}
+
+func TestAccessFollowsPermission(t *testing.T) {
+	require.Equal(t, accessLocalWrite, accessFor(0))
+	require.Equal(t, accessLocalWrite|accessRemoteRead, accessFor(core.PermRemoteRead), "read-only memory gets no remote write")
+	require.Equal(t, accessLocalWrite|accessRemoteWrite, accessFor(core.PermRemoteWrite))
+	require.Equal(t, accessLocalWrite|accessRemoteRead|accessRemoteWrite, accessFor(rw))
+}
+
+// Only regions peers may access publish keys, one per NIC.
+func TestKeysPublishedOnlyForRemoteAccess(t *testing.T) {
+	p := newPair(t, false, "fake0", "fake1")
+	_, private := buf(t, p.b, 4096, 0)
+	_, shared := buf(t, p.b, 4096, core.PermRemoteRead)
+	d, err := p.b.Descriptor()
+	require.NoError(t, err)
+	for _, r := range d.Regions {
+		_, err := remoteKeys(&r)
+		if r.Addr == private.Addr {
+			require.Error(t, err, "a local-only region publishes no rkey")
+		}
+	}
+	keys := p.peerKeys(t, shared.Addr)
+	require.Len(t, keys, 2)
+	require.NotEqual(t, keys[0].RKey, keys[1].RKey)
+	_, err = decodeKeys(append(encodeKeys(keys), 0))
+	require.Error(t, err, "trailing bytes")
+	_, err = decodeKeys([]byte{200})
+	require.Error(t, err, "too many NICs")
+	p.uninstall(t)
+}
