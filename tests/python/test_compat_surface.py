@@ -203,3 +203,44 @@ def test_nixl_bad_descriptor_inputs_answer_as_nixl_does(agents):
     a.release_dlist_handle(local)
     a.release_dlist_handle(remote)
     a.deregister_memory(ra)
+
+
+def test_mooncake_scalars_are_integers_never_truncated(mooncake):
+    e, peer, mem = mooncake
+    base, half = mem.ctypes.data, mem.nbytes // 2
+    mem[:64] = 9
+    # a float address or length is refused (int() would truncate it silently)
+    assert e.transfer_sync_write(peer, float(base), base + half, 64) == -1
+    assert e.transfer_sync_write(peer, base, base + half, 64.0) == -1
+    assert e.transfer_sync_read(peer, base + half, float(base), 64) == -1
+    assert not mem[half:half + 64].any()
+    assert e.transfer_sync_write(peer, np.uint64(base), np.int64(base + half), np.int32(64)) == 0
+    assert (mem[half:half + 64] == 9).all()
+    other = np.zeros(4096, dtype=np.uint8)
+    assert e.register_memory(float(other.ctypes.data), 4096) == -1
+    assert e.batch_register_memory([other.ctypes.data], [4096.0]) == -1
+    assert e.unregister_memory(other.ctypes.data) == -3  # nothing was registered
+
+
+def test_mooncake_byte_helpers_stay_inside_this_engines_host_memory(mooncake):
+    e, _, mem = mooncake
+    base = mem.ctypes.data
+    assert e.write_bytes_to_buffer(base + 10, b"abc", 3) == 0
+    assert e.read_bytes_from_buffer(base + 10, 3) == b"abc"
+    assert bytes(mem[10:13]) == b"abc"
+    # outside what this engine registered or allocated: a code / ValueError, where a raw copy would crash
+    for addr in (0, 16, base + mem.nbytes - 2, base - 1):
+        assert e.write_bytes_to_buffer(addr, b"abcd", 4) == -1, hex(addr)
+        with pytest.raises(ValueError):
+            e.read_bytes_from_buffer(addr, 4)
+    assert e.write_bytes_to_buffer(base, b"abcd", -1) == -1
+    assert e.write_bytes_to_buffer(base, b"abcd", 2.0) == -1
+    with pytest.raises(ValueError):
+        e.read_bytes_from_buffer(base, -1)
+    with pytest.raises(TypeError):
+        e.read_bytes_from_buffer(float(base), 4)
+    managed = e.allocate_managed_buffer(128)
+    assert e.write_bytes_to_buffer(managed + 100, b"x" * 28, 28) == 0
+    assert e.write_bytes_to_buffer(managed + 100, b"x" * 29, 29) == -1
+    assert e.free_managed_buffer(managed, 128) == 0
+    assert e.write_bytes_to_buffer(managed, b"x", 1) == -1  # freed: no longer this engine's

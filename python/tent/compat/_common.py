@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import array
 import functools
+import operator
 import os
 import struct
 import threading
@@ -290,4 +291,5 @@ def free_port(host: str) -> int:
 
 
 def flat(xs: Any) -> List[int]:
-    return [int(x) for x in xs]
+    """xs as Python ints; floats and other non-integers refused (TypeError), never truncated."""
+    return [operator.index(x) for x in xs]

@@ -34,6 +34,7 @@ import enum
 import itertools
 import json
 import logging
+import operator
 import threading
 import weakref
 from typing import Any, Deque, Dict, List, Optional, Tuple
@@ -250,7 +251,7 @@ class TransferEngine:
         registered, or overlapping), or -1 (a bad range)."""
         try:
             e = self._need()
-            region = e.register((int(buffer_addr), int(capacity)), location=_location(location))
+            region = e.register((operator.index(buffer_addr), operator.index(capacity)), location=_location(location))
             with self._lock:
                 self._regions[region.addr] = region
                 self._order.append(region.addr)
@@ -344,16 +345,39 @@ class TransferEngine:
     def write_bytes_to_buffer(self, dest_address: int, src: Any, length: int) -> int:
         """Copies length bytes of src (bytes-like, or str as UTF-8) to
         dest_address (local memory)."""
-        data = src.encode() if isinstance(src, str) else bytes(memoryview(src).cast("B"))
-        n = int(length)
-        if n < 0 or n > len(data):
-            return self._fail("write_bytes_to_buffer", ValueError(f"length {n} exceeds the {len(data)} bytes given"))
-        ctypes.memmove(int(dest_address), data, n)
+        try:
+            data = src.encode() if isinstance(src, str) else bytes(memoryview(src).cast("B"))
+            n = operator.index(length)
+            if n < 0 or n > len(data):
+                raise ValueError(f"length {n} exceeds the {len(data)} bytes given")
+            addr = self._host_range(dest_address, n)
+        except Exception as exc:  # noqa: BLE001
+            return self._fail("write_bytes_to_buffer", exc)
+        ctypes.memmove(addr, data, n)
         return 0
 
     def read_bytes_from_buffer(self, source_address: int, length: int) -> bytes:
-        """length bytes at source_address (local memory)."""
-        return ctypes.string_at(int(source_address), int(length))
+        """length bytes at source_address (local memory). Mooncake copies
+        from any address; tent reads only inside host memory this engine
+        registered or allocated, and raises ValueError for anything else
+        (where a raw copy would crash the process)."""
+        n = operator.index(length)
+        if n < 0:
+            raise ValueError(f"length {n} is negative")
+        return ctypes.string_at(self._host_range(source_address, n), n)
+
+    def _host_range(self, address: Any, n: int) -> int:
+        """address, checked to start n bytes inside host memory this engine
+        registered or allocated (ValueError otherwise)."""
+        addr = operator.index(address)
+        with self._lock:
+            regions = list(self._regions.values()) + list(self._managed.values())
+        for r in regions:
+            if r.addr <= addr and addr + n <= r.addr + r.size:
+                if not r.info().location.startswith("cpu"):
+                    raise ValueError(f"{addr:#x} is device memory: copy it with a transfer")
+                return addr
+        raise ValueError(f"[{addr:#x}, +{n}) is not inside host memory this engine registered or allocated")
 
     def get_first_buffer_address(self, segment_name: str) -> int:
         """The address of the first buffer registered in segment_name (this
@@ -419,9 +443,11 @@ class TransferEngine:
             transport = _hint(hint)
             if notify is None:
                 if op == "write":
-                    e.write((int(buffer), int(length)), seg, int(peer), transport=transport)
+                    e.write((operator.index(buffer), operator.index(length)), seg, operator.index(peer),
+                            transport=transport)
                 else:
-                    e.read((int(buffer), int(length)), seg, int(peer), transport=transport)
+                    e.read((operator.index(buffer), operator.index(length)), seg, operator.index(peer),
+                           transport=transport)
                 return 0
             reqs = _common.requests(op, seg, [buffer], [peer], [length], self._scratch)
             with e.transfer(reqs, notify=self._wrap(notify), transport=transport) as batch:
