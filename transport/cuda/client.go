@@ -444,17 +444,20 @@ func (s *session) lease(ranges []leaseRange, deadline time.Time) (uint64, []gran
 	d := wire.NewDecoder(rep.payload)
 	d.U64()
 	id := d.U64()
-	n := d.Count(maxRanges, 4+4+8+8+8+1+4)
+	n := d.Count(maxRanges, lease.MinAnswerEntry)
 	if d.Err() == nil && n != len(ranges) {
 		d.Fail(status.Errorf(status.Protocol, "cuda: %s answered %d of %d lease ranges", s.name, n, len(ranges)))
 	}
 	grants := make([]grant, 0, len(ranges))
 	for i := 0; i < n && d.Err() == nil; i++ {
 		var g grant
-		g.err = d.Status(s.name)
-		g.alloc, g.base, g.size = d.U64(), d.U64(), d.U64()
-		g.cuda = d.U8() == 1
-		g.uuid = d.String(maxUUID)
+		if code, msg := lease.DecodeAnswerEntry(&d); code != status.OK {
+			g.err = status.Errorf(code, "%s: %s", s.name, msg)
+		} else {
+			g.alloc, g.base, g.size = d.U64(), d.U64(), d.U64()
+			g.cuda = d.U8() == 1
+			g.uuid = d.String(maxUUID)
+		}
 		grants = append(grants, g)
 	}
 	if err := d.Finish(); err != nil {

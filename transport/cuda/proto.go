@@ -27,8 +27,9 @@ const (
 	// u64 addr, u64 len)).
 	msgLease uint8 = 4
 	// S->C: u64 id, u64 lease id (0: nothing granted), count n, n ×
-	// (status, u64 alloc id, u64 region addr, u64 region len, u8 is cuda,
-	// str device uuid).
+	// answer entry (lease.AppendAnswerEntry: i32 code, a refusal's str
+	// message), granted entries followed by u64 alloc id, u64 region addr,
+	// u64 region len, u8 is cuda, str device uuid.
 	msgLeased uint8 = 5
 	// C->S: u64 lease id. No reply.
 	msgRelease uint8 = 6

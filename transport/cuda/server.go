@@ -318,15 +318,10 @@ func (sc *sconn) handleLease(payload []byte) error {
 		}
 		if err != nil {
 			s.t.leasesDenied.Add(1)
-			body.Status(err)
-			body.U64(0)
-			body.U64(0)
-			body.U64(0)
-			body.U8(0)
-			body.String("")
+			lease.AppendAnswerEntry(&body, status.CodeOf(err), err.Error())
 			continue
 		}
-		body.Status(nil)
+		lease.AppendAnswerEntry(&body, status.OK, "")
 		var alloc uint64
 		if r.Alloc != nil {
 			alloc = r.Alloc.ID

@@ -49,7 +49,8 @@
 //	    u64 base        the allocation's address in the target
 //	    u64 size        bytes to map, 0 < size <= 2^46
 //	    u8  flags       bit 0: the descriptor is writable; others rejected
-//	  u32 count         equal to the LEASE's count, then per entry:
+//	  u32 count         equal to the LEASE's count, then per entry (the
+//	                    answer entry of transport/internal/lease):
 //	    i32 code        0 granted, else the refusal's status code
 //	    code == 0: u64 alloc id   copy through this allocation's mapping;
 //	                              0 means use process_vm

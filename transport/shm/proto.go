@@ -33,7 +33,7 @@ const (
 	// process_vm in that lease and get their descriptor in a later one.
 	maxGrantFDs = 32
 	// maxDenyMsg bounds the explanation of a denied entry.
-	maxDenyMsg = 200
+	maxDenyMsg = lease.MaxAnswerMessage
 	// maxRevoke bounds the allocation ids of one revoke frame.
 	maxRevoke = 4096
 	// maxFrame bounds every frame: a grant of MaxLeaseEntries denied
@@ -42,7 +42,7 @@ const (
 
 	leaseHeadSize = lease.RequestHeadSize
 	grantFDSize   = 8 + 8 + 8 + 1
-	minGrantEntry = 4 + 4 // a denied entry with an empty message
+	minGrantEntry = lease.MinAnswerEntry
 	fdWritable    = 1 << 0
 	maxMapSize    = 1 << 46 // same bound as core's allocations
 )
@@ -130,15 +130,9 @@ func appendGrant(b []byte, id, gen uint64, ttl time.Duration, fds []grantFD, ent
 	}
 	e.U32(uint32(len(ents)))
 	for _, g := range ents {
-		e.U32(uint32(int32(g.code)))
+		lease.AppendAnswerEntry(&e, g.code, g.msg)
 		if g.code == status.OK {
 			e.U64(g.alloc)
-		} else {
-			msg := g.msg
-			if len(msg) > maxDenyMsg {
-				msg = msg[:maxDenyMsg]
-			}
-			e.String(msg)
 		}
 	}
 	return lease.EndFrame(e.Out(), start)
@@ -178,15 +172,10 @@ func decodeGrantEntries(p []byte, ents []grantEntry) error {
 		d.Fail(status.Errorf(status.Protocol, "shm: grant has %d entries for a lease of %d", n, len(ents)))
 	}
 	for i := 0; i < n && d.Err() == nil; i++ {
-		code := status.Code(int32(d.U32()))
-		g := grantEntry{code: code}
-		if code == status.OK {
+		var g grantEntry
+		g.code, g.msg = lease.DecodeAnswerEntry(&d)
+		if g.code == status.OK {
 			g.alloc = d.U64()
-		} else {
-			g.msg = d.String(maxDenyMsg)
-			if _, known := status.Lookup(code); d.Err() == nil && (!known || code > 0) {
-				d.Fail(status.Errorf(status.Protocol, "shm: grant entry %d has unknown status %d", i, code))
-			}
 		}
 		ents[i] = g
 	}

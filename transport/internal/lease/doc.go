@@ -53,8 +53,16 @@
 // exactly once, on the initiator's release, at the lease's deadline (the
 // asked ttl, capped by the target, plus the transport's grace period, so
 // a stuck initiator cannot keep an unregister waiting past it) or when the
-// session ends (a dead initiator's socket closes). How a grant is answered
-// is the transport's.
+// session ends (a dead initiator's socket closes).
+//
+// The answer carries one entry per asked range, in request order, each
+// starting the same way for every transport (AppendAnswerEntry,
+// DecodeAnswerEntry; see answer.go): an i32 status code, 0 for granted;
+// a refusal follows it with a str message of at most MaxAnswerMessage
+// bytes, a grant with the transport's own fields (shm: the allocation to
+// copy through; cuda: the allocation, region and device). A code that is
+// not a known failure code is a Protocol error. The answer's head (ids,
+// descriptors attached) is the transport's.
 //
 // # File descriptors
 //
