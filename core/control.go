@@ -51,7 +51,7 @@ func (e *Engine) serveControl(c net.Conn, _ string) {
 			}
 			if !subscribed {
 				subscribed = true
-				e.subscribe(changed, stop)
+				e.subscribers.add(changed)
 				go pushChanges(e, write, changed, stop)
 			}
 			desc, derr := e.EncodedDescriptor()
@@ -82,7 +82,7 @@ func (e *Engine) serveControl(c net.Conn, _ string) {
 }
 
 func pushChanges(e *Engine, write func(uint8, []byte) error, changed, stop chan struct{}) {
-	defer e.unsubscribe(changed)
+	defer e.subscribers.remove(changed)
 	for {
 		select {
 		case <-stop:
@@ -94,31 +94,6 @@ func pushChanges(e *Engine, write func(uint8, []byte) error, changed, stop chan 
 			if write(ctlChanged, enc.Out()) != nil {
 				return
 			}
-		}
-	}
-}
-
-func (e *Engine) subscribe(ch, stop chan struct{}) {
-	e.mu.Lock()
-	e.subscribers[ch] = struct{}{}
-	e.mu.Unlock()
-}
-
-func (e *Engine) unsubscribe(ch chan struct{}) {
-	e.mu.Lock()
-	delete(e.subscribers, ch)
-	e.mu.Unlock()
-}
-
-// pushChange wakes every subscribed control connection; a connection that
-// is behind gets one wake-up for many changes.
-func (e *Engine) pushChange() {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	for ch := range e.subscribers {
-		select {
-		case ch <- struct{}{}:
-		default:
 		}
 	}
 }
@@ -150,7 +125,7 @@ func (e *Engine) dialLink(addr string, deadline time.Time, onPush func(uint64, u
 	}
 	e.log.Debug("control link up", "addr", addr)
 	l := &link{addr: addr, conn: c, onPush: onPush, pending: map[uint64]chan ctlReply{}, done: make(chan struct{})}
-	if !e.trackLink(l) {
+	if !e.links.track(l) {
 		c.Close()
 		return nil, status.Errorf(status.Closed, "engine is closed")
 	}
@@ -159,8 +134,8 @@ func (e *Engine) dialLink(addr string, deadline time.Time, onPush func(uint64, u
 }
 
 func (l *link) readLoop(e *Engine) {
-	defer e.linkWG.Done()
-	defer e.untrackLink(l)
+	defer e.links.readerDone()
+	defer e.links.untrack(l)
 	for {
 		typ, payload, err := wire.ReadFrame(l.conn, maxCtlFrame, nil)
 		if err != nil {
@@ -261,22 +236,3 @@ func (l *link) call(typ uint8, body func(*wire.Encoder), want uint8, deadline ti
 }
 
 func (l *link) close() { l.fail(status.Errorf(status.Closed, "engine closed")) }
-
-// trackLink records a new link, unless the engine is closing; the
-// WaitGroup is counted under the lock so Close never races its Wait.
-func (e *Engine) trackLink(l *link) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.closed {
-		return false
-	}
-	e.links[l] = struct{}{}
-	e.linkWG.Add(1)
-	return true
-}
-
-func (e *Engine) untrackLink(l *link) {
-	e.mu.Lock()
-	delete(e.links, l)
-	e.mu.Unlock()
-}

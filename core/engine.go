@@ -113,6 +113,8 @@ type Engine struct {
 	byAddress     bool   // ... and by listen address
 	localPeers    *LocalPeers
 	notes         *notifyQueue
+	links         *links       // control links to peers
+	subscribers   *subscribers // served control connections told of changes
 	mem           *memory.Layer
 	machine       string       // MachineID, read once at creation
 	duplicateDone atomic.Int64 // completions reported twice (transport bugs)
@@ -130,8 +132,6 @@ type Engine struct {
 	segments    map[*Segment]struct{}
 	batches     map[*Batch]struct{}
 	inflight    int64
-	links       map[*link]struct{}
-	subscribers map[chan struct{}]struct{}
 	allocs      map[*Allocation]struct{}
 	nextAlloc   uint64
 	installing  map[string]bool // names reserved by Installs in progress
@@ -143,7 +143,6 @@ type Engine struct {
 
 	unavailable map[string]string // transports that installed but cannot serve here: why
 
-	linkWG    sync.WaitGroup // control-link reader goroutines
 	descBytes []byte
 }
 
@@ -168,8 +167,8 @@ func New(o Options) (*Engine, error) {
 	e := &Engine{
 		opts: opts, index: newIndex(), regions: map[*Region]struct{}{},
 		notes: newNotifyQueue(), peers: map[string]*Peer{}, segments: map[*Segment]struct{}{},
-		batches: map[*Batch]struct{}{}, links: map[*link]struct{}{},
-		subscribers: map[chan struct{}]struct{}{}, allocs: map[*Allocation]struct{}{},
+		batches: map[*Batch]struct{}{}, links: newLinks(), subscribers: newSubscribers(),
+		allocs:     map[*Allocation]struct{}{},
 		installing: map[string]bool{}, mem: mem, localPeers: opts.LocalPeers, machine: readMachineID(), available: available,
 	}
 	var seed [8]byte
@@ -484,6 +483,7 @@ func (e *Engine) Close() error {
 		return status.Errorf(status.Closed, "engine is already closed")
 	}
 	e.closed = true
+	e.links.refuse()
 	victims := e.transports
 	e.transports = nil
 	e.refreshMovers()
@@ -524,10 +524,6 @@ func (e *Engine) Close() error {
 	}
 
 	e.mu.Lock()
-	links := make([]*link, 0, len(e.links))
-	for l := range e.links {
-		links = append(links, l)
-	}
 	for _, r := range regions {
 		if _, ok := e.regions[r]; ok {
 			e.index.remove(r.span)
@@ -539,9 +535,7 @@ func (e *Engine) Close() error {
 	e.segments = map[*Segment]struct{}{}
 	e.peers = map[string]*Peer{}
 	e.mu.Unlock()
-	for _, l := range links {
-		l.close()
-	}
+	e.links.closeAll()
 	for a := range allocs {
 		if inUse(busy, a) {
 			continue
@@ -550,7 +544,7 @@ func (e *Engine) Close() error {
 			err = ferr
 		}
 	}
-	e.linkWG.Wait()
+	e.links.wait()
 	if len(busy) > 0 && err == nil {
 		err = status.Errorf(status.Busy,
 			"engine closed, but %d region(s) were still used by transfers after %v; their allocations stay mapped",
@@ -601,7 +595,7 @@ func (e *Engine) notifyChange() {
 	for _, f := range ws {
 		f()
 	}
-	e.pushChange()
+	e.subscribers.wake()
 	// Waits until a directory that stores descriptors holds the change,
 	// within its bound; past it the directory goes on in the background
 	// and the change stands (see Publisher).
@@ -659,7 +653,7 @@ func (e *Engine) Stats() Stats {
 		RequestsInFlight: e.inflight,
 		Allocations:      len(e.allocs),
 		Peers:            len(e.peers),
-		ControlLinks:     len(e.links),
+		ControlLinks:     e.links.len(),
 		Transports:       map[string]map[string]int64{},
 		Listeners:        map[string]ListenerStats{},
 
