@@ -672,3 +672,6 @@ func (q *QP) Destroy() error {
 	q.postMu.Unlock()
 	return nil
 }
+
+// Context is the device context the PD belongs to.
+func (p *PD) Context() *Context { return p.c }
