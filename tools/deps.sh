@@ -22,6 +22,7 @@ me="tools/deps.sh"
 #   iperf3                       bench and tent-bench's tcp limit
 #   stress-ng                    the under-load repeat (CPU load generator)
 #   iproute2                     test-multihost (ip netns, veth)
+#   libibverbs-dev               transport/rdma/verbs checks its ABI against verbs.h
 #   python3-venv                 test-python/demo venvs, only where python3
 #                                has no ensurepip (Debian's own python3)
 packages() {
@@ -29,7 +30,7 @@ packages() {
     echo "$TENT_DEPS_PACKAGES"
     return
   fi
-  local list="build-essential pkg-config cmake ninja-build libgtest-dev etcd-server iperf3 stress-ng iproute2"
+  local list="build-essential pkg-config cmake ninja-build libgtest-dev etcd-server iperf3 stress-ng iproute2 libibverbs-dev"
   if ! python3 -c 'import ensurepip' 2>/dev/null; then list="$list python3-venv"; fi
   echo "$list"
 }
