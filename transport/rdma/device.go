@@ -65,13 +65,13 @@ func openVerbs(path string) (devLibrary, error) {
 type verbsLibrary struct{ l *verbs.Library }
 
 func (v verbsLibrary) Devices() ([]device, error) {
-	names, err := v.l.Devices()
+	devs, err := v.l.Devices()
 	if err != nil {
 		return nil, err
 	}
-	out := make([]device, len(names))
-	for i, n := range names {
-		out[i] = device{Name: n, NUMANode: -1}
+	out := make([]device, len(devs))
+	for i, d := range devs {
+		out[i] = device{Name: d.Name, NUMANode: d.NUMANode, PCIAddress: d.PCIAddress}
 	}
 	return out, nil
 }
@@ -81,6 +81,5 @@ func (v verbsLibrary) OpenDevice(name string) (devContext, error) {
 }
 
 func (v verbsLibrary) Close() error {
-	v.l.Close()
-	return nil
+	return v.l.Close()
 }

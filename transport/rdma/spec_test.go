@@ -7,8 +7,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/tent-dev/tent/core"
-	"github.com/tent-dev/tent/internal/cshared"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/rdma/fakeverbs"
 	"github.com/tent-dev/tent/transport/tcp"
 )
 
@@ -53,8 +53,7 @@ func TestNamingUnavailableRDMAIsUnsupported(t *testing.T) {
 // With a library that lists devices (the fake, two devices) the transport
 // opens them through the binding; this binding cannot yet, and says so.
 func TestDevicesListedButNotOpenable(t *testing.T) {
-	lib := filepath.Join(t.TempDir(), "libibverbs.so.1")
-	require.NoError(t, cshared.Build(cshared.Library{Source: "fakeverbs/fakeverbs.c", Out: lib}))
+	lib := fakeverbs.Build(t)
 	t.Setenv("FAKEVERBS_DEVICES", "2")
 	e, err := core.New(core.Options{Available: []core.TransportSpec{Spec(Options{Library: lib}), tcp.Spec(tcp.Options{})}})
 	require.NoError(t, err)
