@@ -1,7 +1,6 @@
 package rdma
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/tent-dev/tent/transport/rdma/verbs"
@@ -49,10 +48,6 @@ type (
 	}
 )
 
-// errNoContexts is why the transport is unavailable while package verbs
-// only lists devices: it cannot open one yet.
-var errNoContexts = errors.New("the verbs binding in this build lists devices but cannot open them (no queue pairs yet)")
-
 // openVerbs opens libibverbs at path through package verbs.
 func openVerbs(path string) (devLibrary, error) {
 	l, err := verbs.Open(path)
@@ -77,9 +72,111 @@ func (v verbsLibrary) Devices() ([]device, error) {
 }
 
 func (v verbsLibrary) OpenDevice(name string) (devContext, error) {
-	return nil, fmt.Errorf("%s: %w", name, errNoContexts)
+	c, err := v.l.OpenDevice(name)
+	if err != nil {
+		return nil, err
+	}
+	return verbsContext{c}, nil
 }
 
-func (v verbsLibrary) Close() error {
-	return v.l.Close()
+func (v verbsLibrary) Close() error { return v.l.Close() }
+
+type verbsContext struct{ c *verbs.Context }
+
+func (v verbsContext) QueryPort(port uint8) (portAttr, error) {
+	a, err := v.c.QueryPort(port)
+	return portAttr{ActiveMTU: mtu(a.ActiveMTU), LID: a.LID}, err
+}
+
+func (v verbsContext) QueryGID(port uint8, index int) (gid, error) {
+	g, err := v.c.QueryGID(port, index)
+	return gid(g), err
+}
+
+func (v verbsContext) AllocPD() (devPD, error) {
+	pd, err := v.c.AllocPD()
+	if err != nil {
+		return nil, err
+	}
+	return verbsPD{pd}, nil
+}
+
+func (v verbsContext) CreateCQ(entries int) (devCQ, error) {
+	cq, err := v.c.CreateCQ(entries)
+	if err != nil {
+		return nil, err
+	}
+	return &verbsCQ{cq: cq}, nil
+}
+
+func (v verbsContext) Close() error { return v.c.Close() }
+
+type verbsPD struct{ pd *verbs.PD }
+
+func (v verbsPD) RegMR(addr uintptr, length uint64, acc access) (devMR, error) {
+	mr, err := v.pd.RegMR(addr, length, verbs.Access(acc))
+	if err != nil {
+		return nil, err
+	}
+	return mr, nil
+}
+
+func (v verbsPD) CreateRCQP(cq devCQ, caps qpCaps) (devQP, error) {
+	vcq, ok := cq.(*verbsCQ)
+	if !ok {
+		return nil, fmt.Errorf("rdma: a CQ of another library (%T)", cq)
+	}
+	qp, err := v.pd.CreateRCQP(vcq.cq, vcq.cq, verbs.QPCaps(caps))
+	if err != nil {
+		return nil, err
+	}
+	return &verbsQP{qp: qp}, nil
+}
+
+func (v verbsPD) Dealloc() error { return v.pd.Dealloc() }
+
+// verbsCQ converts completions; one poller per NIC calls Poll.
+type verbsCQ struct {
+	cq  *verbs.CQ
+	buf []verbs.Completion
+}
+
+func (v *verbsCQ) Poll(out []completion) (int, error) {
+	if len(v.buf) < len(out) {
+		v.buf = make([]verbs.Completion, len(out))
+	}
+	n, err := v.cq.Poll(v.buf[:len(out)])
+	for i := range n {
+		c := v.buf[i]
+		out[i] = completion{ID: c.ID, Status: wcStatus(c.Status), Op: opcode(c.Op), Bytes: c.Bytes, QPN: c.QPN}
+	}
+	return n, err
+}
+
+func (v *verbsCQ) Destroy() error { return v.cq.Destroy() }
+
+// verbsQP converts work requests; posts are serialized by the NIC's lock.
+type verbsQP struct {
+	qp  *verbs.QP
+	buf []verbs.SendWR
+}
+
+func (v *verbsQP) Num() uint32               { return v.qp.Num() }
+func (v *verbsQP) SetSourceGIDIndex(i uint8) { v.qp.SetSourceGIDIndex(i) }
+func (v *verbsQP) ToInit(port uint8, acc access) error {
+	return v.qp.ToInit(port, verbs.Access(acc))
+}
+func (v *verbsQP) ToRTR(r qpAddr, m mtu) error {
+	return v.qp.ToRTR(verbs.QPAddr{QPN: r.QPN, PSN: r.PSN, LID: r.LID, GID: verbs.GID(r.GID), Port: r.Port}, verbs.MTU(m))
+}
+func (v *verbsQP) ToRTS(psn uint32) error { return v.qp.ToRTS(psn) }
+func (v *verbsQP) ToError() error         { return v.qp.ToError() }
+func (v *verbsQP) Destroy() error         { return v.qp.Destroy() }
+func (v *verbsQP) PostSend(wrs []sendWR) error {
+	v.buf = v.buf[:0]
+	for _, w := range wrs {
+		v.buf = append(v.buf, verbs.SendWR{ID: w.ID, Op: verbs.Op(w.Op), LocalAddr: w.LocalAddr, Length: w.Length,
+			LKey: w.LKey, RemoteAddr: w.RemoteAddr, RKey: w.RKey, Signaled: w.Signaled})
+	}
+	return v.qp.PostSend(v.buf)
 }

@@ -416,7 +416,6 @@ func TestPeerGoneMidBatch(t *testing.T) {
 	require.Equal(t, fabricCounts{}, p.f.counts())
 }
 
-
 func TestAccessFollowsPermission(t *testing.T) {
 	require.Equal(t, accessLocalWrite, accessFor(0))
 	require.Equal(t, accessLocalWrite|accessRemoteRead, accessFor(core.PermRemoteRead), "read-only memory gets no remote write")

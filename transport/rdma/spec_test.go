@@ -9,6 +9,7 @@ import (
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/rdma/fakeverbs"
+	"github.com/tent-dev/tent/transport/rdma/verbs"
 	"github.com/tent-dev/tent/transport/tcp"
 )
 
@@ -50,17 +51,33 @@ func TestNamingUnavailableRDMAIsUnsupported(t *testing.T) {
 	require.ErrorIs(t, err, status.ErrNotFound, "an uninstalled transport is not found")
 }
 
-// With a library that lists devices (the fake, two devices) the transport
-// opens them through the binding; this binding cannot yet, and says so.
-func TestDevicesListedButNotOpenable(t *testing.T) {
+// With the fake libibverbs listing two devices the engine opens them and
+// installs rdma; with none it leaves rdma out and says why.
+func TestFakeDevicesInstallRDMA(t *testing.T) {
 	lib := fakeverbs.Build(t)
-	t.Setenv("FAKEVERBS_DEVICES", "2")
+	t.Setenv(fakeverbs.StateEnv, t.TempDir())
+	t.Setenv(fakeverbs.DevicesEnv, "2")
+	// Held open here so that its counters can be read after the engine
+	// has closed its own handle.
+	held, err := verbs.Open(lib)
+	require.NoError(t, err)
+	defer held.Close()
 	e, err := core.New(core.Options{Available: []core.TransportSpec{Spec(Options{Library: lib}), tcp.Spec(tcp.Options{})}})
 	require.NoError(t, err)
-	defer e.Close()
-	require.Contains(t, e.Stats().Unavailable[Name], "opening RDMA device fake_0")
-	t.Setenv("FAKEVERBS_DEVICES", "0")
-	e2, err := core.New(core.Options{Available: []core.TransportSpec{Spec(Options{Library: lib}), tcp.Spec(tcp.Options{})}})
+	installed := false
+	for _, tr := range e.Transports() {
+		installed = installed || tr.Name() == Name
+	}
+	require.True(t, installed, "rdma installed; unavailable: %q", e.Stats().Unavailable[Name])
+	require.NoError(t, e.Close())
+	live, err := fakeverbs.Counts(lib)
+	require.NoError(t, err)
+	require.True(t, live.Zero(), "every verbs object released by Close: %+v", live)
+
+	// A fresh build: the fake reads its environment once per load.
+	t.Setenv(fakeverbs.DevicesEnv, "0")
+	none := fakeverbs.Build(t)
+	e2, err := core.New(core.Options{Available: []core.TransportSpec{Spec(Options{Library: none}), tcp.Spec(tcp.Options{})}})
 	require.NoError(t, err)
 	defer e2.Close()
 	require.Contains(t, e2.Stats().Unavailable[Name], "no RDMA device")
