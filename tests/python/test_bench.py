@@ -244,6 +244,46 @@ def test_tent_bench_bad_arguments(tmp_path):
     assert p.returncode == 2 and "must be positive" in p.stderr, p.stderr
 
 
+def build_fake_verbs(tmp_path):
+    """The fake libibverbs.so.1 of transport/rdma/fakeverbs, built here the way
+    the Go tests build it (gcc, the real library's versioned symbols)."""
+    src = os.path.join(SOURCE_DIR, "transport", "rdma", "fakeverbs", "csrc")
+    out = tmp_path / "libibverbs.so.1"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-O1", "-Wall", "-o", str(out), "-Wl,-soname,libibverbs.so.1",
+                    "-Wl,--version-script=" + os.path.join(src, "fakeverbs.map"), os.path.join(src, "fakeverbs.c"),
+                    "-lpthread"], check=True, capture_output=True, text=True)
+    return out
+
+
+def test_tent_bench_rdma_over_two_fake_nics(tmp_path, monkeypatch):
+    """tent-bench --transport rdma against the fake verbs library: two
+    processes, two fake NICs, both ops, data checked, served by rdma alone."""
+    state = tmp_path / "fakeverbs-state"
+    state.mkdir()
+    monkeypatch.setenv("TENT_RDMA_VERBS_LIBRARY", str(build_fake_verbs(tmp_path)))
+    monkeypatch.setenv("FAKEVERBS_DEVICES", "fake0,fake1")
+    monkeypatch.setenv("FAKEVERBS_STATE", str(state))
+    monkeypatch.delenv("FAKEVERBS_FAIL", raising=False)
+    p = tent_bench(["--transport", "rdma", "--op", "write,read", "--block-size", "4K,1M", "--batch", "8",
+                    "--duration", "0.05", "--check", "--json"], tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    points = [json.loads(ln) for ln in p.stdout.splitlines()]
+    got = {(r["op"], r["block_size"]) for r in points}
+    assert got == {(op, b) for op in OPS for b in (4096, 1 << 20)}, p.stdout
+    for r in points:
+        assert r["type"] == "point" and r["transport"] == "rdma" and r["check"] == "ok", r
+        assert r["served_by"] == ["rdma"] and r["gbps"] > 0 and "problems" not in r, r
+
+
+def test_tent_bench_rdma_without_a_device_says_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("TENT_RDMA_VERBS_LIBRARY", str(build_fake_verbs(tmp_path)))
+    monkeypatch.setenv("FAKEVERBS_DEVICES", "0")
+    monkeypatch.setenv("FAKEVERBS_STATE", str(tmp_path))
+    p = tent_bench(["--transport", "rdma", "--block-size", "4K", "--batch", "2", "--duration", "0.05"], tmp_path)
+    assert p.returncode == 3, p.stdout + p.stderr
+    assert "rdma" in p.stderr and "no RDMA device" in p.stderr, p.stderr
+
+
 # ---- the comparison's tcp floor and the comparison itself -----------------------------------
 
 PINGPONG = os.path.join(SOURCE_DIR, "build", "bench", "tcp_pingpong")
