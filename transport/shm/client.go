@@ -6,7 +6,6 @@ import (
 	"errors"
 	"net"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -18,10 +17,6 @@ import (
 	"github.com/tent-dev/tent/transport/internal/lease"
 	"github.com/tent-dev/tent/wire"
 )
-
-// testHookIgnoreRevoke makes initiators ignore REVOKE frames, so tests can
-// watch the descriptor check drop mappings on its own.
-var testHookIgnoreRevoke atomic.Bool
 
 // client is the initiator's state for one incarnation of one peer: the
 // address of its listener and the current connection. A peer that
@@ -454,7 +449,7 @@ func (c *conn) readLoop() {
 				c.fail(err)
 				return
 			}
-			if testHookIgnoreRevoke.Load() {
+			if c.t.hooks.ignoreRevoke.Load() {
 				continue
 			}
 			c.mu.Lock()

@@ -18,15 +18,19 @@ import (
 	"github.com/tent-dev/tent/status"
 )
 
-// testHookProcessVM, when set, runs before every process_vm call; an
-// error it returns is taken as the call's error (tests force the kernel's
-// refusal with it).
-var testHookProcessVM atomic.Pointer[func(op core.Op) error]
-
-// testHookBeforeCopy, when set, runs when a job holds its lease and is
-// about to copy; testHookGrant runs when the target is about to check a
-// lease. Tests block in them to cancel or uninstall at those points.
-var testHookBeforeCopy, testHookGrant atomic.Pointer[func()]
+// testHooks are points where a test of this package steps into one
+// transport's work; all nil (or false) outside tests. processVM runs
+// before every process_vm call, and an error it returns is taken as the
+// call's (the kernel's refusal); beforeCopy runs when a job holds its lease
+// and is about to copy; grant when the target is about to check a lease
+// (tests block in them to cancel or uninstall at those points);
+// ignoreRevoke makes the initiator ignore REVOKE frames, so a test can
+// watch the descriptor check drop mappings on its own.
+type testHooks struct {
+	processVM         atomic.Pointer[func(op core.Op) error]
+	beforeCopy, grant atomic.Pointer[func()]
+	ignoreRevoke      atomic.Bool
+}
 
 // job carries the requests of one Submit call through their leases. Jobs
 // and their buffers are reused, so the hot path allocates per batch, not
@@ -327,7 +331,7 @@ func (j *job) stopErr(i int, n uint64) error {
 // its memfd, a caller that unmapped its buffer) fails the request instead
 // of the process.
 func (j *job) copyAll(lo, hi int) {
-	if h := testHookBeforeCopy.Load(); h != nil {
+	if h := j.t.hooks.beforeCopy.Load(); h != nil {
 		(*h)()
 	}
 	old := debug.SetPanicOnFault(true)
@@ -551,7 +555,7 @@ var errNoProgress = errors.New("no progress")
 // It touches nothing of the job, so two halves may run at once.
 func (t *Transport) processVMAll(op core.Op, pid int, b *pvmBatch) (int, error) {
 	for k := 0; k < len(b.local); {
-		n, err := processVM(op, pid, b.local[k:], b.remote[k:])
+		n, err := t.processVM(op, pid, b.local[k:], b.remote[k:])
 		if err == nil && n <= 0 {
 			err = errNoProgress
 		}
@@ -583,8 +587,8 @@ func (j *job) failFrom(b *pvmBatch, k int, err error) {
 	}
 }
 
-func processVM(op core.Op, pid int, local []unix.Iovec, remote []unix.RemoteIovec) (int, error) {
-	if h := testHookProcessVM.Load(); h != nil {
+func (t *Transport) processVM(op core.Op, pid int, local []unix.Iovec, remote []unix.RemoteIovec) (int, error) {
+	if h := t.hooks.processVM.Load(); h != nil {
 		if err := (*h)(op); err != nil {
 			return 0, err
 		}

@@ -102,8 +102,7 @@ func TestSplitHalfFails(t *testing.T) {
 		}
 		return nil
 	}
-	testHookProcessVM.Store(&hook)
-	t.Cleanup(func() { testHookProcessVM.Store(nil) })
+	tr.hooks.processVM.Store(&hook)
 	clear(local)
 	code, st, _ := run(t, e, reqs, core.TransferOptions{})
 	require.Equal(t, status.TransportError, code)

@@ -29,12 +29,11 @@ func TestMappingCacheInvalidation(t *testing.T) {
 	for _, mode := range []string{"revoke", "descriptor-check"} {
 		t.Run(mode, func(t *testing.T) {
 			const size = 1 << 20
-			if mode == "descriptor-check" {
-				testHookIgnoreRevoke.Store(true)
-				t.Cleanup(func() { testHookIgnoreRevoke.Store(false) })
-			}
 			peer := startPeer(t, peertest.Buffer{Size: size, Perm: rw, Alloc: true})
 			e, tr := newEngine(t, core.Options{})
+			if mode == "descriptor-check" {
+				tr.hooks.ignoreRevoke.Store(true)
+			}
 			seg := openSeg(t, e, peer.Name)
 			local := localBuf(t, e, size)
 			read := func(addr uint64) {
@@ -92,12 +91,11 @@ func TestMappingCacheInvalidation(t *testing.T) {
 // goes through shm, and later batches skip shm for process_vm memory.
 func TestFallbackWhenProcessVMRefused(t *testing.T) {
 	hook := func(core.Op) error { return unix.EPERM }
-	testHookProcessVM.Store(&hook)
-	t.Cleanup(func() { testHookProcessVM.Store(nil) })
 	const size = 1 << 20
 	peer := startPeer(t, peertest.Buffer{Size: size, Perm: rw}, peertest.Buffer{Size: size, Perm: rw, Alloc: true},
 		peertest.Buffer{Size: size, Perm: core.PermRemoteRead, Alloc: true})
 	e, tr := newEngine(t, core.Options{}, "tcp")
+	tr.hooks.processVM.Store(&hook)
 	seg := openSeg(t, e, peer.Name)
 	local := localBuf(t, e, 2*size)
 	code, st, err := run(t, e, []core.TransferRequest{
@@ -285,8 +283,7 @@ func TestCancel(t *testing.T) {
 			entered <- struct{}{}
 			<-release
 		}
-		testHookBeforeCopy.Store(&hook)
-		t.Cleanup(func() { testHookBeforeCopy.Store(nil) })
+		tr.hooks.beforeCopy.Store(&hook)
 		var reqs []core.TransferRequest
 		for i := uint64(0); i < 32; i++ {
 			reqs = append(reqs, core.TransferRequest{Op: core.OpWrite, Local: host.Addr(local) + i*(size/16),
@@ -295,7 +292,7 @@ func TestCancel(t *testing.T) {
 		b, err := e.Submit(reqs, core.TransferOptions{})
 		require.NoError(t, err)
 		<-entered
-		testHookBeforeCopy.Store(nil)
+		tr.hooks.beforeCopy.Store(nil)
 		// Cancel waits for the job, which is held before its copy: let it go
 		// once Cancel has marked every request, never before.
 		canceled := make(chan bool, 1)
@@ -331,13 +328,12 @@ func TestCancel(t *testing.T) {
 			entered <- struct{}{}
 			<-release
 		}
-		testHookGrant.Store(&hook)
-		t.Cleanup(func() { testHookGrant.Store(nil) })
+		ttr.hooks.grant.Store(&hook)
 		b, err := e.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg,
 			Remote: host.Addr(remote), Len: 4096}}, core.TransferOptions{})
 		require.NoError(t, err)
 		<-entered
-		testHookGrant.Store(nil)
+		ttr.hooks.grant.Store(nil)
 		require.True(t, b.Cancel())
 		e.ReleaseBatch(b)
 		close(release) // the grant comes now, for nobody: it is released

@@ -108,7 +108,7 @@ func (sc *serverConn) serve(p *acceptloop.Pending) {
 // connection.
 func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte, []grantEntry, error) {
 	t := sc.t
-	if h := testHookGrant.Load(); h != nil {
+	if h := t.hooks.grant.Load(); h != nil {
 		(*h)()
 	}
 	ttl := min(m.TTL, t.maxLease)

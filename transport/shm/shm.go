@@ -45,6 +45,7 @@ const (
 // one engine, as initiator (jobs, client connections, mappings) and as
 // target (listener, server connections, leases).
 type Transport struct {
+	hooks    testHooks // tests only
 	e        *core.Engine
 	log      *slog.Logger // the engine's from Install; discards before
 	ln       *lease.Listener
