@@ -2,11 +2,16 @@ package etcd
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,11 +47,40 @@ func startEtcd(t testing.TB) *etcdServer {
 	t.Helper()
 	bin := testenv.RequireBinary(t, "etcd")
 	dir := t.TempDir()
-	s := &etcdServer{t: t, bin: bin, dir: dir, clientAddr: freePort(t), peerAddr: freePort(t)}
+	s := &etcdServer{t: t, bin: bin, dir: dir}
+	help, _ := exec.Command(bin, "--help").CombinedOutput()
+	// Another process may bind a port between freePort's check and etcd's
+	// bind. On the first start that costs nothing: pick new ports and try
+	// again. A restart must keep its ports (clients hold the URL); ports
+	// outside the ephemeral range make that race rare (see serverPort),
+	// and Start retries the bind.
+	t.Cleanup(s.Stop)
+	for attempt := 1; ; attempt++ {
+		s.clientAddr, s.peerAddr = serverPort(t), serverPort(t)
+		for s.peerAddr == s.clientAddr {
+			s.peerAddr = serverPort(t)
+		}
+		// A failed first start may have begun a data dir for the old ports.
+		if err := os.RemoveAll(filepath.Join(s.dir, "data")); err != nil {
+			t.Fatal(err)
+		}
+		s.setArgs(string(help))
+		err := s.start()
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, errAddrInUse) || attempt == 5 {
+			t.Fatal(err)
+		}
+	}
+	return s
+}
+
+func (s *etcdServer) setArgs(help string) {
 	curl, purl := "http://"+s.clientAddr, "http://"+s.peerAddr
 	s.args = []string{
 		"--name", "tent-test",
-		"--data-dir", filepath.Join(dir, "data"),
+		"--data-dir", filepath.Join(s.dir, "data"),
 		"--listen-client-urls", curl, "--advertise-client-urls", curl,
 		"--listen-peer-urls", purl, "--initial-advertise-peer-urls", purl,
 		"--initial-cluster", "tent-test=" + purl,
@@ -55,16 +89,52 @@ func startEtcd(t testing.TB) *etcdServer {
 		// it short so a restart is quick. Minimum lease TTL = 1.5 x this.
 		"--heartbeat-interval", "50", "--election-timeout", "500",
 	}
-	help, _ := exec.Command(bin, "--help").CombinedOutput()
-	if strings.Contains(string(help), "--unsafe-no-fsync") {
+	if strings.Contains(help, "--unsafe-no-fsync") {
 		s.args = append(s.args, "--unsafe-no-fsync")
 	}
-	if strings.Contains(string(help), "--logger") {
+	if strings.Contains(help, "--logger") {
 		s.args = append(s.args, "--logger", "zap", "--log-level", "warn")
 	}
-	s.Start()
-	t.Cleanup(s.Stop)
-	return s
+}
+
+// serverPort returns a loopback address whose port was free a moment
+// ago, below the kernel's ephemeral range when there is room: the kernel
+// hands ephemeral ports to every connect and every listen on port 0 in
+// the machine (other test packages run beside this one), so a port from
+// that range can be taken again before etcd binds it, or while a test
+// has etcd stopped. Nothing assigns ports below the range on its own.
+func serverPort(t testing.TB) string {
+	t.Helper()
+	lo := ephemeralLow()
+	const first = 10000
+	if lo-first >= 1000 {
+		for range 100 {
+			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(first+rand.IntN(lo-first)))
+			if l, err := net.Listen("tcp", addr); err == nil {
+				l.Close()
+				return addr
+			}
+		}
+	}
+	return freePort(t)
+}
+
+// ephemeralLow is the first port of the kernel's ephemeral range (32768
+// when it cannot be read).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 32768
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 32768
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 32768
+	}
+	return lo
 }
 
 func freePort(t testing.TB) string {
@@ -86,24 +156,49 @@ func (s *etcdServer) URL(query string) string {
 	return u
 }
 
-// Start runs etcd and waits until it answers.
+// errAddrInUse: etcd exited because one of its ports was taken.
+var errAddrInUse = errors.New("etcd: address already in use")
+
+// Start runs etcd again on its ports (after Stop) and waits until it
+// answers. A port taken meanwhile by a short-lived socket is retried
+// until the start deadline.
 func (s *etcdServer) Start() {
+	s.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		err := s.start()
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, errAddrInUse) || time.Now().After(deadline) {
+			s.t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// start runs etcd once and waits until it answers; errAddrInUse when it
+// exited because a port was taken.
+func (s *etcdServer) start() error {
 	s.t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.cmd != nil {
-		s.t.Fatal("etcd already running")
+		return errors.New("etcd already running")
 	}
-	log, err := os.OpenFile(filepath.Join(s.dir, "etcd.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	logPath := filepath.Join(s.dir, "etcd.log")
+	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
-		s.t.Fatal(err)
+		return err
 	}
+	// Only this attempt's output decides whether a port was taken.
+	logStart, _ := log.Seek(0, io.SeekEnd)
 	cmd := exec.Command(s.bin, s.args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.Env = append(os.Environ(), "ETCD_UNSUPPORTED_ARCH="+goarchForEtcd())
 	if err := cmd.Start(); err != nil {
 		log.Close()
-		s.t.Fatalf("starting etcd: %v", err)
+		return fmt.Errorf("starting etcd: %w", err)
 	}
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -117,15 +212,21 @@ func (s *etcdServer) Start() {
 		_, err := cli.Get(ctx, "/health-probe")
 		cancel()
 		if err == nil {
-			return
+			return nil
 		}
 		select {
 		case <-done:
-			s.t.Fatalf("etcd exited at start:\n%s", s.logTail())
+			log.Close()
+			s.cmd = nil
+			b, _ := os.ReadFile(logPath)
+			if int64(len(b)) > logStart && strings.Contains(string(b[logStart:]), "address already in use") {
+				return fmt.Errorf("%w (%s, %s)", errAddrInUse, s.clientAddr, s.peerAddr)
+			}
+			return fmt.Errorf("etcd exited at start:\n%s", s.logTail())
 		default:
 		}
 		if time.Now().After(deadline) {
-			s.t.Fatalf("etcd did not answer within 20s: %v\n%s", err, s.logTail())
+			return fmt.Errorf("etcd did not answer within 20s: %v\n%s", err, s.logTail())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -191,3 +292,25 @@ func (s *etcdServer) client() *clientv3.Client {
 // goarchForEtcd: etcd 3.4 refuses to start on architectures other than
 // amd64 (and ppc64le) unless ETCD_UNSUPPORTED_ARCH names the one it runs on.
 func goarchForEtcd() string { return runtime.GOARCH }
+
+// The harness tells a port taken before etcd's bind from other start
+// failures, which is what lets startEtcd retry with fresh ports.
+func TestHarnessSeesATakenPort(t *testing.T) {
+	bin := testenv.RequireBinary(t, "etcd")
+	taken, err := net.Listen("tcp", serverPort(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	s := &etcdServer{t: t, bin: bin, dir: t.TempDir(), clientAddr: taken.Addr().String(), peerAddr: serverPort(t)}
+	help, _ := exec.Command(bin, "--help").CombinedOutput()
+	s.setArgs(string(help))
+	t.Cleanup(s.Stop)
+	if err := s.start(); !errors.Is(err, errAddrInUse) {
+		t.Fatalf("start on a taken port: %v, want errAddrInUse", err)
+	}
+	taken.Close()
+	if err := s.start(); err != nil {
+		t.Fatalf("start once the port is free: %v", err)
+	}
+}
