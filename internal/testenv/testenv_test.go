@@ -2,8 +2,10 @@ package testenv
 
 import (
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -115,4 +117,24 @@ func TestFindBinaryHint(t *testing.T) {
 	require.Contains(t, reason, "apt-get install etcd-server")
 	_, reason = findBinary("tent-unknown", "", empty)
 	require.NotContains(t, reason, "apt-get")
+}
+
+func TestServerAddrIsFreeAndBelowTheEphemeralRange(t *testing.T) {
+	lo := ephemeralLow()
+	for range 20 {
+		addr := ServerAddr(t)
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _ := strconv.Atoi(port)
+		if lo-firstServerPort >= 1000 && (p < firstServerPort || p >= lo) {
+			t.Fatalf("port %d outside [%d, %d)", p, firstServerPort, lo)
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("ServerAddr gave %s, which cannot be bound: %v", addr, err)
+		}
+		l.Close()
+	}
 }

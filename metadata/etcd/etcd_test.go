@@ -17,6 +17,7 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/internal/testenv"
 	"github.com/tent-dev/tent/logsink"
 	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
@@ -688,7 +689,7 @@ func TestPrefix(t *testing.T) {
 	require.Contains(t, err.Error(), "/cluster-1/segments/outsider")
 	// A dead endpoint listed first: the client uses the live one.
 	e3, _ := newEngine(t, srv, "insider", core.Options{
-		Metadata: "etcd://" + freePort(t) + "," + srv.clientAddr + "?ttl=2"})
+		Metadata: "etcd://" + testenv.ServerAddr(t) + "," + srv.clientAddr + "?ttl=2"})
 	s, err := e3.OpenSegment("outsider")
 	require.NoError(t, err)
 	require.EqualValues(t, peer.PID, s.Peer().Desc().PID)
@@ -728,7 +729,7 @@ func TestCloseLeavesNoGoroutines(t *testing.T) {
 // the engine's timeout, whichever is shorter (the default dial timeout is
 // 5 s: a 1 s engine timeout must not wait that long).
 func TestUnreachableEtcd(t *testing.T) {
-	addr := freePort(t) // nothing listens there
+	addr := testenv.ServerAddr(t) // nothing listens there
 	cases := []struct {
 		query   string
 		timeout time.Duration // the engine's DefaultTimeout (0: default)

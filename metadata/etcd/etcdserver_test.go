@@ -5,13 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -49,16 +47,16 @@ func startEtcd(t testing.TB) *etcdServer {
 	dir := t.TempDir()
 	s := &etcdServer{t: t, bin: bin, dir: dir}
 	help, _ := exec.Command(bin, "--help").CombinedOutput()
-	// Another process may bind a port between freePort's check and etcd's
+	// Another process may bind a port between the port check and etcd's
 	// bind. On the first start that costs nothing: pick new ports and try
 	// again. A restart must keep its ports (clients hold the URL); ports
-	// outside the ephemeral range make that race rare (see serverPort),
+	// outside the ephemeral range make that race rare (see testenv.ServerAddr),
 	// and Start retries the bind.
 	t.Cleanup(s.Stop)
 	for attempt := 1; ; attempt++ {
-		s.clientAddr, s.peerAddr = serverPort(t), serverPort(t)
+		s.clientAddr, s.peerAddr = testenv.ServerAddr(t), testenv.ServerAddr(t)
 		for s.peerAddr == s.clientAddr {
-			s.peerAddr = serverPort(t)
+			s.peerAddr = testenv.ServerAddr(t)
 		}
 		// A failed first start may have begun a data dir for the old ports.
 		if err := os.RemoveAll(filepath.Join(s.dir, "data")); err != nil {
@@ -95,56 +93,6 @@ func (s *etcdServer) setArgs(help string) {
 	if strings.Contains(help, "--logger") {
 		s.args = append(s.args, "--logger", "zap", "--log-level", "warn")
 	}
-}
-
-// serverPort returns a loopback address whose port was free a moment
-// ago, below the kernel's ephemeral range when there is room: the kernel
-// hands ephemeral ports to every connect and every listen on port 0 in
-// the machine (other test packages run beside this one), so a port from
-// that range can be taken again before etcd binds it, or while a test
-// has etcd stopped. Nothing assigns ports below the range on its own.
-func serverPort(t testing.TB) string {
-	t.Helper()
-	lo := ephemeralLow()
-	const first = 10000
-	if lo-first >= 1000 {
-		for range 100 {
-			addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(first+rand.IntN(lo-first)))
-			if l, err := net.Listen("tcp", addr); err == nil {
-				l.Close()
-				return addr
-			}
-		}
-	}
-	return freePort(t)
-}
-
-// ephemeralLow is the first port of the kernel's ephemeral range (32768
-// when it cannot be read).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 32768
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 32768
-	}
-	lo, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 32768
-	}
-	return lo
-}
-
-func freePort(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 // URL is the metadata URL for engines, with extra query parameters.
@@ -297,12 +245,12 @@ func goarchForEtcd() string { return runtime.GOARCH }
 // failures, which is what lets startEtcd retry with fresh ports.
 func TestHarnessSeesATakenPort(t *testing.T) {
 	bin := testenv.RequireBinary(t, "etcd")
-	taken, err := net.Listen("tcp", serverPort(t))
+	taken, err := net.Listen("tcp", testenv.ServerAddr(t))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer taken.Close()
-	s := &etcdServer{t: t, bin: bin, dir: t.TempDir(), clientAddr: taken.Addr().String(), peerAddr: serverPort(t)}
+	s := &etcdServer{t: t, bin: bin, dir: t.TempDir(), clientAddr: taken.Addr().String(), peerAddr: testenv.ServerAddr(t)}
 	help, _ := exec.Command(bin, "--help").CombinedOutput()
 	s.setArgs(string(help))
 	t.Cleanup(s.Stop)

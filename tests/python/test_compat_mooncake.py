@@ -13,7 +13,7 @@ import zlib
 import numpy as np
 import pytest
 
-from compat_fixtures import etcd, free_port, http_metadata_server, peers  # noqa: F401 - fixtures
+from compat_fixtures import etcd, http_metadata_server, peers, server_port  # noqa: F401 - fixtures
 
 from tent.compat.clients import MooncakeInitiator, crcs, kv_layers
 
@@ -32,7 +32,7 @@ def _names(kind, etcd_ep, http_url):
     if kind == "p2p":
         return "P2PHANDSHAKE", "127.0.0.1", "127.0.0.1"
     meta = etcd_ep if kind == "etcd" else http_url  # a bare host:port means etcd, as in Mooncake
-    return meta, f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    return meta, f"127.0.0.1:{server_port()}", f"127.0.0.1:{server_port()}"
 
 
 @pytest.fixture(params=["p2p", "etcd", "http"])
@@ -79,7 +79,7 @@ def test_sglang_shaped_flow(peers, metadata, protocol):
 
 def test_async_batches_first_buffer_and_notify(peers, etcd):
     meta = f"etcd://{etcd}"
-    target_host, init_host = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
+    target_host, init_host = f"127.0.0.1:{server_port()}", f"127.0.0.1:{server_port()}"
     target = peers("mooncake-target", "--hostname", target_host, "--metadata", meta, "--protocol", "rdma",
                    "--layers", 1, "--blocks", 8, "--block-size", 4096)
     from mooncake.engine import TransferEngine, TransferNotify, TransferOpcode

@@ -5,7 +5,6 @@ package shm
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/internal/peertest"
+	"github.com/tent-dev/tent/internal/testenv"
 	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/transport/tcp"
@@ -130,20 +130,13 @@ func TestFallbackWhenProcessVMRefused(t *testing.T) {
 	require.EqualValues(t, 1, tr.Stats()["fallbacks"])
 }
 
-func freePort(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer ln.Close()
-	return ln.Addr().String()
-}
-
 // kill -9 of the peer while batches run: every request ends by its
 // deadline (never a hang), the transport lets go of everything it had for
 // that peer, and a peer restarted at the same address is reached with
 // fresh state on the next batches.
 func TestPeerKilledMidBatch(t *testing.T) {
 	const size = 8 << 20
-	addr := freePort(t)
+	addr := testenv.ServerAddr(t) // restarted at the same address
 	cfg := peertest.Config{Transports: []string{"shm"}, ListenAddr: addr, Buffers: []peertest.Buffer{
 		{Size: size, Perm: rw}, {Size: size, Perm: rw, Alloc: true}}}
 	peer := peertest.Start(t, cfg)
