@@ -188,7 +188,7 @@ def test_errors_clients_catch(pair):
     remote = a.prep_xfer_dlist("B", [(mem_b.ctypes.data + i * 256, 256, 0) for i in range(4)], "DRAM")
     with pytest.raises(nixlInvalidParamError):
         a.make_prepped_xfer("WRITE", local, [0, 9], remote, [0, 1])
-    with pytest.raises(nixlInvalidParamError):
+    with pytest.raises(KeyError):  # NIXL looks the op up in nixl_ops
         a.make_prepped_xfer("COPY", local, [0], remote, [0])
     h = a.make_prepped_xfer("WRITE", local, [0, 1, 2, 3], remote, [3, 2, 1, 0], b"w")
     with pytest.raises(nixlNotPostedError):
@@ -207,8 +207,8 @@ def test_errors_clients_catch(pair):
     got = []
     _wait(lambda: got.extend(b.get_new_notifs().get("A", [])) or got == [b"w", b"w"])
     a.remove_remote_agent("B")
-    with pytest.raises(nixlNotFoundError):
-        a.remove_remote_agent("B")
+    a.remove_remote_agent("B")  # NIXL drops this call's status: a second teardown is no error
+    assert not a.check_remote_metadata("B")
 
 
 def test_forged_metadata_grants_nothing_beyond_the_registration(pair):
@@ -287,7 +287,7 @@ def test_descriptor_inputs(pair):
     x = a.get_xfer_descs(rows, "DRAM")
     assert x.descCount() == 2 and x[1] == (mem_a.ctypes.data + 128, 128, 0)
     r = a.get_reg_descs(rows, "DRAM")
-    assert r[0] == (mem_a.ctypes.data, 128, 0, "")
+    assert r[0] == (mem_a.ctypes.data, 128, 0, b"")  # meta info comes back as bytes, as from NIXL
     assert a.get_xfer_descs([(1, 2, 0)]) is None  # NIXL: no mem type, logged, None
     assert a.get_reg_descs(x) is None
     assert a.query_memory([(mem_a.ctypes.data, 64, 0, "")], "UCX", "DRAM")[0] is not None

@@ -11,3 +11,4 @@ from tent.compat.nixl._api import (  # noqa: F401
     nixl_xfer_handle,
 )
 from tent.compat.nixl import _bindings as nixlBind  # noqa: F401
+from tent.compat.nixl._api import __all__  # noqa: F401

@@ -35,6 +35,7 @@ import itertools
 import json
 import logging
 import operator
+import os
 import threading
 import weakref
 from typing import Any, Deque, Dict, List, Optional, Tuple
@@ -204,6 +205,8 @@ class TransferEngine:
         kind, addr = _parse_metadata(metadata_server, metadata_type)
         host, port = _common.split_host_port(local_hostname or "127.0.0.1")
         host = host or "127.0.0.1"
+        if os.environ.get("MC_FORCE_TCP", "").strip().lower() in ("1", "true", "yes", "on"):
+            protocol = "tcp"  # Mooncake's switch to its TCP transport, whatever protocol says
         transports, note = _common.transports_for(protocol)
         if note:
             logger.warning("protocol %s", note)

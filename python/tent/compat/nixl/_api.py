@@ -60,7 +60,7 @@ from ._bindings import (
 )
 from .logging import get_logger
 
-logger = get_logger(__name__)
+logger = get_logger("_api")  # "nixl.api", as NIXL names its logger
 
 DEFAULT_COMM_PORT = nixlBind.DEFAULT_COMM_PORT
 nixl_backend_handle = int
@@ -68,6 +68,11 @@ nixl_backend_handle = int
 _MEMS = {"DRAM": nixlBind.DRAM_SEG, "VRAM": nixlBind.VRAM_SEG, "FILE": nixlBind.FILE_SEG,
          "BLOCK": nixlBind.BLK_SEG, "OBJ": nixlBind.OBJ_SEG, "cpu": nixlBind.DRAM_SEG, "cuda": nixlBind.VRAM_SEG}
 _OPS = {"WRITE": "write", "READ": "read"}
+# The plugins an agent reports (get_plugin_list): NIXL's network backends,
+# each served by tent's transports, and tent's own transport names, which
+# restrict the agent to them. Storage plugins (GDS, POSIX, OBJ, ...) move
+# FILE/OBJ memory, which tent does not serve, so they are absent.
+_PLUGINS = ("UCX", "UCX_MO", "LIBFABRIC", "UCCL", "MOONCAKE", "GPUNETIO", "TCP", "SHM", "LOCAL")
 _MAX_FRAME = 16 << 20
 _SIDE_CHANNEL_TIMEOUT_S = 5.0
 # check_xfer_state: polls closer together than this are a spinning client,
@@ -108,6 +113,10 @@ def nixl_error(exc: BaseException, what: str = "") -> nixlBind._nixlError:
     err = cls(msg, exc)
     err.__cause__ = exc
     return err
+
+
+__all__ = ["DEFAULT_COMM_PORT", "nixl_agent", "nixl_agent_config", "nixl_backend_handle",
+           "nixl_prepped_dlist_handle", "nixl_thread_sync_t", "nixl_xfer_handle"]
 
 
 # ---- handles ------------------------------------------------------------------
@@ -317,13 +326,23 @@ class nixl_agent:  # noqa: N801
         self.backends: Dict[str, int] = {}
         self.backend_mems: Dict[str, List[str]] = {}
         self.backend_options: Dict[str, Dict[str, str]] = {}
-        self.plugin_list = ["UCX", "LIBFABRIC", "TCP", "SHM", "LOCAL"]
+        self.plugin_list = list(_PLUGINS)
+        self.plugin_b_options: Dict[str, Dict[str, str]] = {}
+        self.plugin_mem_types: Dict[str, List[str]] = {}
         self.nixl_mems = dict(_MEMS)
         self.nixl_ops = {"WRITE": nixlBind.NIXL_WRITE, "READ": nixlBind.NIXL_READ}
 
-        wanted = [b for b in conf.backends if b.lower() in _common.TENT_TRANSPORTS]
+        if instantiate_all and not nixl_conf:
+            conf.backends = list(self.plugin_list)
+        served = []
+        for b in conf.backends:
+            if b in self.plugin_list:
+                served.append(b)
+            else:  # as NIXL does for a plugin it does not have
+                logger.warning("Skipping backend registration %s due to the missing plugin.", b)
+        wanted = [b for b in served if b.lower() in _common.TENT_TRANSPORTS]
         transports, _ = _common.transports_for(",".join(b.lower() for b in wanted) if wanted else None)
-        foreign = [b for b in conf.backends if b.lower() not in _common.TENT_TRANSPORTS]
+        foreign = [b for b in served if b.lower() not in _common.TENT_TRANSPORTS]
         if foreign and not wanted:
             logger.warning("backends %s are served by tent: the best transport tent has for each peer "
                            "(local in-process, shm on the same host, tcp across hosts)", foreign)
@@ -338,7 +357,7 @@ class nixl_agent:  # noqa: N801
         self._xfers: Dict[int, _Xfer] = {}
         self._self_segment: Optional[tent.Segment] = None
         self._scratch = _common.RequestScratch()  # request rows, reused per thread (tent copies them)
-        for b in conf.backends:
+        for b in served:
             self.create_backend(b)
         self._listener: Optional[_Listener] = None
         if conf.enable_listen:
@@ -397,19 +416,39 @@ class nixl_agent:  # noqa: N801
         return list(self.plugin_list)
 
     def get_plugin_mem_types(self, backend: str) -> List[str]:
-        return ["DRAM", "VRAM"]
+        """The memory types of a plugin ([] for one tent does not serve)."""
+        if backend not in self.plugin_list:
+            logger.warning("Plugin %s is not available to get its supported mem types.", backend)
+            return []
+        return self.plugin_mem_types.setdefault(backend, ["DRAM", "VRAM"])
 
     def get_plugin_params(self, backend: str) -> Dict[str, str]:
-        return {}
+        """A plugin's init parameters ({} for one tent does not serve)."""
+        if backend not in self.plugin_list:
+            logger.warning("Plugin %s is not available to get its parameters.", backend)
+            return {}
+        return self.plugin_b_options.setdefault(backend, {})
 
     def get_backend_mem_types(self, backend: str) -> List[str]:
-        return list(self.backend_mems[backend])
+        """An instantiated backend's memory types ([] for one not created)."""
+        if backend not in self.backend_mems:
+            logger.warning("Backend %s not instantiated to get its supported mem types.", backend)
+            return []
+        return self.backend_mems[backend]
 
     def get_backend_params(self, backend: str) -> Dict[str, str]:
-        return dict(self.backend_options[backend])
+        """An instantiated backend's parameters ({} for one not created)."""
+        if backend not in self.backend_options:
+            logger.warning("Backend %s not instantiated to get its parameters.", backend)
+            return {}
+        return self.backend_options[backend]
 
     def create_backend(self, backend: str, initParams: Optional[Dict[str, str]] = None) -> None:  # noqa: N803
-        """Records the backend name (tent's transports serve every backend)."""
+        """Records the backend (tent's transports serve every plugin in
+        ``plugin_list``); a name not in it is nixlNotFoundError, as NIXL
+        answers for a plugin it does not have."""
+        if backend not in self.plugin_list:
+            raise nixlNotFoundError(f"NIXL_ERR_NOT_FOUND: no plugin {backend!r} (tent serves {self.plugin_list})")
         with self._lock:
             self.backends[backend] = len(self.backends) + 1
             self.backend_mems[backend] = ["DRAM", "VRAM"]
@@ -514,14 +553,23 @@ class nixl_agent:  # noqa: N801
         """A descriptor list as bytes, in tent's encoding (not pickle)."""
         if not isinstance(descs, nixlBind._DList):
             raise nixlInvalidParamError(f"not a NIXL descriptor list: {type(descs).__name__}")
-        body = {"list": descs._kind, "type": int(descs.getType()), "descs": [list(d) for d in descs]}
+        rows: List[List[Any]] = [list(d) for d in descs]
+        body: Dict[str, Any] = {"list": descs._kind, "type": int(descs.getType()), "descs": rows}
+        if descs._kind == "reg":  # meta info is bytes: carried as base64 text
+            for r in rows:
+                r[3] = _b64(r[3])
+            body["meta"] = "b64"
         return _blob.encode("nixl-descs", body, self._secret)
 
     def deserialize_descs(self, serialized_descs: bytes) -> Any:
         try:
             _, body = _blob.decode(serialized_descs, self._secret, "nixl-descs")
             cls = {"xfer": nixlXferDList, "reg": nixlRegDList, "remote": nixlBind.nixlRemoteDList}[body["list"]]
-            return cls(body["type"], [tuple(d) for d in body["descs"]])
+            rows = [list(d) for d in body["descs"]]
+            if body.get("meta") == "b64":
+                for r in rows:
+                    r[3] = base64.b64decode(r[3], validate=True)
+            return cls(body["type"], [tuple(r) for r in rows])
         except nixlBind._nixlError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -654,11 +702,15 @@ class nixl_agent:  # noqa: N801
         return name.encode()  # NIXL's bindings return the name as bytes
 
     def remove_remote_agent(self, agent: Any) -> None:
+        """Forgets a remote agent and closes its connection. Removing one
+        that is not known does nothing (NIXL's bindings drop the status of
+        this call, so clients tear down twice without an error)."""
         agent = _agent_name(agent)
         with self._lock:
             r = self._remotes.pop(agent, None)
         if r is None:
-            raise nixlNotFoundError(f"remove_remote_agent: {agent!r} is not a known remote agent")
+            logger.debug("remove_remote_agent: %r is not a known remote agent", agent)
+            return
         if r.segment is not None:
             _close_quietly(r.segment)
 
@@ -900,10 +952,12 @@ class nixl_agent:  # noqa: N801
         return self._new_xfer(op, remote_agent, local_descs.rows.copy(), remote_descs.rows.copy(), notif_msg)
 
     def _op(self, operation: str) -> str:
+        """'READ'/'WRITE' as tent's op; anything else is a KeyError (NIXL
+        looks the name up in ``nixl_ops``), raised before any other check."""
         try:
             return _OPS[operation]
         except (KeyError, TypeError):
-            raise nixlInvalidParamError(f"operation must be 'READ' or 'WRITE', not {operation!r}") from None
+            raise KeyError(operation) from None
 
     def _new_xfer(self, op: str, remote: str, lrows: Any, rrows: Any, notif: Any) -> nixl_xfer_handle:
         import numpy as np

@@ -173,8 +173,26 @@ def _np() -> Any:
     return np
 
 
-def _rows(descs: Any, width: int, what: str) -> Tuple[Any, List[str]]:
-    """(an n x 3 uint64 array of (addr, len, dev), the 4th column as str)."""
+def _fourth(value: Any, kind: str, i: int) -> Any:
+    """The 4th field of a descriptor as NIXL's lists hand it back: a
+    registration's meta info as bytes (given as str or bytes), a remote
+    descriptor's agent name as str."""
+    if kind == "reg":
+        if isinstance(value, str):
+            return value.encode()
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value)
+    elif isinstance(value, str):
+        return value
+    elif isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", "replace")
+    raise nixlInvalidParamError(f"{kind}: descriptor {i}: the 4th field must be str or bytes, "
+                                f"not {type(value).__name__}")
+
+
+def _rows(descs: Any, width: int, what: str) -> Tuple[Any, List[Any]]:
+    """(an n x 3 uint64 array of (addr, len, dev), the 4th column: a
+    registration's meta info as bytes, a remote descriptor's agent as str)."""
     np = _np()
     if isinstance(descs, np.ndarray):
         if descs.ndim != 2 or descs.shape[1] != 3:
@@ -182,10 +200,10 @@ def _rows(descs: Any, width: int, what: str) -> Tuple[Any, List[str]]:
         if descs.dtype.kind not in "iu":
             raise nixlInvalidParamError(f"{what}: descs must be a Nx3 numpy array of uint64 or int64")
         arr = np.ascontiguousarray(descs, dtype=np.uint64)
-        return arr, [""] * arr.shape[0]
+        return arr, [_empty(what)] * arr.shape[0]
     items = list(descs)
     arr = np.zeros((len(items), 3), dtype=np.uint64)
-    extra: List[str] = []
+    extra: List[Any] = []
     for i, d in enumerate(items):
         if not isinstance(d, tuple):
             raise nixlInvalidParamError(f"{what}: each descriptor must be a tuple when provided as a list")
@@ -198,8 +216,12 @@ def _rows(descs: Any, width: int, what: str) -> Tuple[Any, List[str]]:
         if not (0 <= a < 1 << 64 and 0 <= n < 1 << 64 and 0 <= dev < 1 << 64):
             raise nixlInvalidParamError(f"{what}: descriptor {i} is out of range")
         arr[i] = (a, n, dev)
-        extra.append(str(d[3]) if width == 4 else "")
+        extra.append(_fourth(d[3], what, i) if width == 4 else _empty(what))
     return arr, extra
+
+
+def _empty(kind: str) -> Any:
+    return b"" if kind == "reg" else ""
 
 
 class _DList:
@@ -214,7 +236,7 @@ class _DList:
         if descs is None or isinstance(descs, int):
             n = int(descs or init_size or 0)
             self.rows = np.zeros((n, 3), dtype=np.uint64)
-            self._extra = [""] * n
+            self._extra = [_empty(self._kind)] * n
         else:
             self.rows, self._extra = _rows(descs, self._width, self._kind)
 
@@ -230,6 +252,12 @@ class _DList:
 
     def __len__(self) -> int:
         return self.descCount()
+
+    def __bool__(self) -> bool:
+        # NIXL's lists have no length protocol, so every list is true, an
+        # empty one included: clients test ``if not descs`` for None (the
+        # get_*_descs failure), not for emptiness.
+        return True
 
     def _item(self, i: int) -> Tuple[Any, ...]:
         a, n, dev = (int(x) for x in self.rows[i])
@@ -268,9 +296,10 @@ class _DList:
         del self._extra[index]
 
     def index(self, desc: Tuple[Any, ...]) -> int:
-        want = tuple(desc)[: self._width]
+        row, extra = _rows([tuple(desc)], self._width, self._kind)
+        want = tuple(int(x) for x in row[0]) + (tuple(extra) if self._width == 4 else ())
         for i, d in enumerate(self):
-            if d[: len(want)] == want:
+            if d == want:
                 return i
         raise nixlNotFoundError(f"{desc!r} is not in the list")
 
@@ -289,7 +318,7 @@ class _DList:
         """The same descriptors as a transfer list (nixlRegDList.trim)."""
         out = nixlXferDList(self._type)
         out.rows = self.rows.copy()
-        out._extra = [""] * len(self)
+        out._extra = [""] * len(self)  # a transfer list has no 4th field
         return out
 
 

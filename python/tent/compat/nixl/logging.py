@@ -1,5 +1,5 @@
 """``nixl.logging``: ``get_logger(name)`` returns a logger under "nixl"
-(``_api`` -> ``nixl.api``), its level from ``NIXL_LOG_LEVEL`` (TRACE,
+(``_api`` -> ``nixl.api``, ``app.mod`` -> ``nixl.app.mod``), its level from ``NIXL_LOG_LEVEL`` (TRACE,
 DEBUG, INFO, WARN, ERROR, FATAL). Unlike NIXL's, it installs no handler:
 lines go wherever the application's logging sends them."""
 
@@ -28,6 +28,8 @@ def setup_logging() -> None:
 
 
 def get_logger(name: str) -> logging.Logger:
+    """The logger ``nixl.<name without leading underscores>``, as NIXL
+    names it (``get_logger("_api")`` -> ``nixl.api``, ``get_logger("app.x")``
+    -> ``nixl.app.x``)."""
     setup_logging()
-    short = name.rsplit(".", 1)[-1].lstrip("_")
-    return logging.getLogger(f"nixl.{short}")
+    return logging.getLogger(f"nixl.{name.lstrip('_')}")
