@@ -158,3 +158,101 @@ def test_mc_force_tcp_selects_tcp_whatever_the_protocol(monkeypatch):
         assert list(e.get_engine().transports) == ["tcp"]
     finally:
         e.close()
+
+
+# ---- nixl: the bindings' agent and configuration ------------------------------------------
+
+
+@pytest.mark.parametrize("listen", [True, False])
+def test_the_agent_is_built_on_the_bindings_agent_with_nixls_sync_mode(monkeypatch, listen):
+    # nixl_agent builds nixl._bindings.nixlAgent(name, nixlAgentConfig) and
+    # sets the sync mode NIXL's way; a test wrapping the bindings class sees it.
+    import nixl._bindings as bindings
+    from nixl._api import nixl_agent, nixl_agent_config, nixl_thread_sync_t
+
+    seen = {}
+    real = bindings.nixlAgent
+
+    def spy(name, config):
+        seen["name"], seen["sync"], seen["port"] = name, config.syncMode, config.listenPort
+        return real(name, config)
+
+    monkeypatch.setattr(bindings, "nixlAgent", spy)
+    for mode in (None, nixl_thread_sync_t.NIXL_THREAD_SYNC_RW):
+        a = nixl_agent("spied", nixl_agent_config(enable_listen_thread=listen, listen_port=0, sync_mode=mode))
+        try:
+            default = nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT if listen else nixl_thread_sync_t.NIXL_THREAD_SYNC_NONE
+            assert seen == {"name": "spied", "sync": (mode or default).value, "port": 0}
+            assert isinstance(a.agent, real) and a.plugin_list == a.agent.getAvailPlugins()
+        finally:
+            a.close()
+    cfg = bindings.nixlAgentConfig(True, True, 1234)  # NIXL's positional order
+    assert (cfg.useProgThread, cfg.useListenThread, cfg.listenPort, cfg.captureTelemetry) == (True, True, 1234, False)
+
+
+def test_nixl_telemetry_enable_overrides_the_config(monkeypatch):
+    from nixl._api import nixl_agent, nixl_agent_config
+    from nixl._bindings import nixlNoTelemetryError
+
+    mem = np.zeros(128, dtype=np.uint8)
+
+    def telemetry_of(capture):
+        a = nixl_agent("telemetry", nixl_agent_config(capture_telemetry=capture))
+        try:
+            a.register_memory([(mem.ctypes.data, 128, 0, "")], "DRAM")
+            descs = a.get_xfer_descs([(mem.ctypes.data, 64, 0)], "DRAM")
+            h = a.initialize_xfer("WRITE", descs, a.get_xfer_descs([(mem.ctypes.data + 64, 64, 0)], "DRAM"),
+                                  "telemetry")
+            a.transfer(h)
+            while a.check_xfer_state(h) != "DONE":
+                pass
+            try:
+                return a.get_xfer_telemetry(h).totalBytes
+            except nixlNoTelemetryError:
+                return None
+        finally:
+            a.close()
+
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "no")
+    assert telemetry_of(True) is None  # "no" wins over capture_telemetry=True
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "Y")
+    assert telemetry_of(False) == 64
+    monkeypatch.delenv("NIXL_TELEMETRY_ENABLE")
+    assert telemetry_of(True) == 64 and telemetry_of(False) is None
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", "maybe")
+    with pytest.raises(RuntimeError):
+        nixl_agent("bad-env")
+
+
+def test_shim_modules_are_the_tent_modules():
+    # nixl._bindings (and the others) are tent's modules themselves, so a
+    # name patched on one is patched on both
+    import mooncake.engine
+    import nixl._api
+    import nixl._bindings
+
+    import tent.compat.mooncake
+    import tent.compat.nixl._api
+    import tent.compat.nixl._bindings
+
+    assert nixl._bindings is tent.compat.nixl._bindings and nixl._api is tent.compat.nixl._api
+    assert mooncake.engine is tent.compat.mooncake
+    assert nixl._api.nixlBind is nixl._bindings
+
+
+def test_a_listener_on_an_os_chosen_port_says_which(monkeypatch, capsys):
+    # NIXL's scripts start a peer with port 0 and read the port off the
+    # last field of this stderr line (at NIXL_LOG_LEVEL=INFO)
+    from nixl._api import nixl_agent, nixl_agent_config
+
+    monkeypatch.setenv("NIXL_LOG_LEVEL", "INFO")
+    a = nixl_agent("listening", nixl_agent_config(True, True, 0))
+    try:
+        line = [ln for ln in capsys.readouterr().err.splitlines() if "MD listener is listening on port" in ln]
+        assert len(line) == 1 and int(line[0].split()[-1]) == a.listen_port > 0
+    finally:
+        a.close()
+    monkeypatch.setenv("NIXL_LOG_LEVEL", "WARN")
+    a = nixl_agent("quiet", nixl_agent_config(True, True, 0))
+    a.close()
+    assert "MD listener" not in capsys.readouterr().err

@@ -1,5 +1,8 @@
-"""``nixl._bindings`` on tent (tent.compat.nixl._bindings)."""
+"""``nixl._bindings`` on tent: this module is tent.compat.nixl._bindings itself (an alias in
+sys.modules), so names, identities and a test's monkeypatching are shared
+with it."""
 
-from tent.compat.nixl._bindings import *  # noqa: F401,F403
-from tent.compat.nixl._bindings import _nixlError  # noqa: F401 - not in __all__ (private in NIXL too)
-from tent.compat.nixl._bindings import __all__  # noqa: F401,E402
+import importlib
+import sys
+
+sys.modules[__name__] = importlib.import_module("tent.compat.nixl._bindings")

@@ -1,5 +1,8 @@
-"""``nixl.logging`` on tent (tent.compat.nixl.logging)."""
+"""``nixl.logging`` on tent: this module is tent.compat.nixl.logging itself (an alias in
+sys.modules), so names, identities and a test's monkeypatching are shared
+with it."""
 
-from tent.compat.nixl.logging import get_logger, set_log_level_by_env, setup_logging  # noqa: F401
+import importlib
+import sys
 
-__all__ = ["get_logger", "set_log_level_by_env", "setup_logging"]
+sys.modules[__name__] = importlib.import_module("tent.compat.nixl.logging")

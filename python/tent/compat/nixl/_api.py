@@ -68,11 +68,6 @@ nixl_backend_handle = int
 _MEMS = {"DRAM": nixlBind.DRAM_SEG, "VRAM": nixlBind.VRAM_SEG, "FILE": nixlBind.FILE_SEG,
          "BLOCK": nixlBind.BLK_SEG, "OBJ": nixlBind.OBJ_SEG, "cpu": nixlBind.DRAM_SEG, "cuda": nixlBind.VRAM_SEG}
 _OPS = {"WRITE": "write", "READ": "read"}
-# The plugins an agent reports (get_plugin_list): NIXL's network backends,
-# each served by tent's transports, and tent's own transport names, which
-# restrict the agent to them. Storage plugins (GDS, POSIX, OBJ, ...) move
-# FILE/OBJ memory, which tent does not serve, so they are absent.
-_PLUGINS = ("UCX", "UCX_MO", "LIBFABRIC", "UCCL", "MOONCAKE", "GPUNETIO", "TCP", "SHM", "LOCAL")
 _MAX_FRAME = 16 << 20
 _SIDE_CHANNEL_TIMEOUT_S = 5.0
 # check_xfer_state: polls closer together than this are a spinning client,
@@ -319,14 +314,22 @@ class nixl_agent:  # noqa: N801
         self._conf = conf
         self._lock = threading.RLock()
         self._secret = _common.secret()
-        self._telemetry = bool(conf.capture_telemetry) or os.environ.get("NIXL_TELEMETRY_ENABLE", "").lower() in (
-            "y", "yes", "1", "true", "on")
         self._leaked_xfer_handles: List[int] = []
         self.notifs: Dict[str, List[bytes]] = {}
         self.backends: Dict[str, int] = {}
         self.backend_mems: Dict[str, List[str]] = {}
         self.backend_options: Dict[str, Dict[str, str]] = {}
-        self.plugin_list = list(_PLUGINS)
+        default_sync = (nixl_thread_sync_t.NIXL_THREAD_SYNC_STRICT if conf.enable_listen
+                        else nixl_thread_sync_t.NIXL_THREAD_SYNC_NONE)
+        agent_config = nixlBind.nixlAgentConfig()
+        agent_config.useProgThread = conf.enable_pthread
+        agent_config.useListenThread = conf.enable_listen
+        agent_config.listenPort = conf.port
+        agent_config.syncMode = (conf.sync_mode or default_sync).value
+        agent_config.captureTelemetry = conf.capture_telemetry
+        self.agent = nixlBind.nixlAgent(agent_name, agent_config)  # looked up now: tests may wrap it
+        self._telemetry = bool(self.agent.captureTelemetry)
+        self.plugin_list = list(self.agent.getAvailPlugins())
         self.plugin_b_options: Dict[str, Dict[str, str]] = {}
         self.plugin_mem_types: Dict[str, List[str]] = {}
         self.nixl_mems = dict(_MEMS)
@@ -1207,6 +1210,18 @@ def _side_call(ip: str, port: int, op: str, body: Dict[str, Any], secret: Option
     return reply
 
 
+def _say_listening(port: int, os_assigned: bool) -> None:
+    """NIXL's line for the listen thread's port, on stderr: at INFO when
+    the OS chose the port (scripts start a peer with port 0 and read the
+    port from this line's last field), else at DEBUG; shown when
+    NIXL_LOG_LEVEL allows that level, as NIXL's own logging does."""
+    wanted = ("INFO", "DEBUG", "TRACE") if os_assigned else ("DEBUG", "TRACE")
+    if os.environ.get("NIXL_LOG_LEVEL", "").strip().upper() not in wanted:
+        return
+    sys.stderr.write(f"NIXL {'INFO' if os_assigned else 'DEBUG'} MD listener is listening on port {port}\n")
+    sys.stderr.flush()
+
+
 class _Listener:
     """The listen thread: serves send/fetch/invalidate of agent metadata."""
 
@@ -1223,6 +1238,7 @@ class _Listener:
             raise nixlBackendError(f"NIXL_ERR_BACKEND: listen thread cannot listen on {host}:{port}: {exc}") from None
         self._sock.settimeout(0.2)
         self.port = int(self._sock.getsockname()[1])
+        _say_listening(self.port, os_assigned=port == 0)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tent-nixl-listen", daemon=True)
         self._thread.start()

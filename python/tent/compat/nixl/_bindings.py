@@ -11,6 +11,7 @@ with pickle.
 from __future__ import annotations
 
 import enum
+import os
 from typing import Any, List, Optional, Tuple
 
 NIXL_INIT_AGENT = ""
@@ -352,20 +353,68 @@ class nixlRemoteDList(_DList):  # noqa: N801
     _kind = "remote"
 
 
-# the bindings' agent class names, for isinstance checks in clients
-class nixlAgentConfig:  # noqa: N801
-    """Fields of NIXL's agent configuration (accepted, mostly unused by tent)."""
+# ---- the bindings' agent -------------------------------------------------------
 
-    def __init__(self, useProgThread: bool = True, useListenThread: bool = False,  # noqa: N803
-                 listenPort: int = DEFAULT_COMM_PORT, syncMode: int = 0, captureTelemetry: bool = False) -> None:
+# The plugins an agent reports (getAvailPlugins): NIXL's network backends,
+# each served by tent's transports, and tent's own transport names, which
+# restrict an agent to them. Storage plugins (GDS, POSIX, OBJ, ...) move
+# FILE/OBJ memory, which tent does not serve, so they are absent.
+_PLUGINS = ("UCX", "UCX_MO", "LIBFABRIC", "UCCL", "MOONCAKE", "GPUNETIO", "TCP", "SHM", "LOCAL")
+
+_TRUE = ("y", "yes", "on", "1", "true", "enable")
+_FALSE = ("n", "no", "off", "0", "false", "disable")
+
+
+class nixlAgentConfig:  # noqa: N801
+    """The bindings' agent configuration, with NIXL's fields, defaults and
+    positional order; ``nixl_agent`` fills one in from its
+    ``nixl_agent_config``."""
+
+    def __init__(self, useProgThread: bool = False, useListenThread: bool = False,  # noqa: N803
+                 listenPort: int = DEFAULT_COMM_PORT, syncMode: Any = None, numWorkers: int = 1,
+                 pthrDelay: int = 0, lthrDelay: int = 100000, captureTelemetry: bool = False) -> None:
         self.useProgThread = useProgThread
         self.useListenThread = useListenThread
         self.listenPort = listenPort
-        self.syncMode = syncMode
+        self.syncMode = NIXL_THREAD_SYNC_DEFAULT if syncMode is None else syncMode
         self.captureTelemetry = captureTelemetry
-        self.pthrDelay = 0
-        self.lthrDelay = 100000
-        self.etcdWatchTimeout = 5000000
+        self.pthrDelay = pthrDelay
+        self.lthrDelay = lthrDelay
+        self.etcdWatchTimeout = 5000000  # microseconds, NIXL's default
+
+
+class nixlAgent:  # noqa: N801
+    """The bindings-level agent ``nixl_agent`` is built on (``nixl_agent.agent``):
+    its name, its configuration, whether it captures telemetry, and the
+    plugins it has. The transfer calls are ``nixl_agent``'s; this object
+    serves none of the bindings' lower-level methods beyond
+    ``getAvailPlugins``."""
+
+    def __init__(self, name: str, config: nixlAgentConfig) -> None:
+        if not isinstance(name, str) or not name:
+            raise ValueError("Agent needs a non-empty name")  # NIXL: std::invalid_argument
+        self.name = name
+        self.config = config
+        self.captureTelemetry = telemetry_enabled(bool(config.captureTelemetry))
+
+    def getAvailPlugins(self) -> List[str]:  # noqa: N802
+        return list(_PLUGINS)
+
+
+def telemetry_enabled(requested: bool) -> bool:
+    """Whether an agent captures telemetry: ``NIXL_TELEMETRY_ENABLE`` when it
+    is set (yes/no words, as NIXL reads them; it overrides the agent's
+    configuration either way), else the configuration's request."""
+    raw = os.environ.get("NIXL_TELEMETRY_ENABLE")
+    if raw is None:
+        return requested
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise RuntimeError(f"Conversion to bool failed for string {raw!r} (NIXL_TELEMETRY_ENABLE): known are "
+                       f"{', '.join(_TRUE)} as positive and {', '.join(_FALSE)} as negative")
 
 
 __all__ = sorted(

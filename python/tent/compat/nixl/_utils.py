@@ -6,6 +6,8 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 
+__all__ = ["ba_buf", "free_passthru", "malloc_passthru", "verify_transfer"]
+
 _ALIGN = 4096  # NIXL's: O_DIRECT storage I/O wants device-block alignment
 
 

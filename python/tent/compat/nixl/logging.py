@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 import os
 
+__all__ = ["get_logger", "set_log_level_by_env", "setup_logging"]
+
 _LEVELS = {"TRACE": logging.DEBUG, "DEBUG": logging.DEBUG, "INFO": logging.INFO, "WARN": logging.WARNING,
            "WARNING": logging.WARNING, "ERROR": logging.ERROR, "FATAL": logging.CRITICAL}
 
