@@ -144,8 +144,11 @@ test-stress:
 # out under load (golang/go#75804, fixed in Go 1.27).
 FUZZTIME ?= 10000x
 FUZZ_TARGETS := memory/host/slab:FuzzSlabOps wire:FuzzUnmarshalSegmentDesc wire:FuzzReadFrame wire:FuzzServerHandshake \
+                wire:FuzzClientHandshake wire:FuzzDecodeStatus core:FuzzServeControl \
+                transport/internal/lease:FuzzDecodeRequest transport/internal/lease:FuzzDecodeAnswerEntry \
+                transport/rdma:FuzzDecodeReply internal/netaddr:FuzzCheck \
                 transport/tcp:FuzzHeaders transport/tcp:FuzzServe transport/shm:FuzzDecodeLease \
-                transport/shm:FuzzDecodeGrant capi:FuzzRegister
+                transport/shm:FuzzDecodeGrant transport/shm:FuzzDecodeRevoke capi:FuzzRegister capi:FuzzSplitTransports
 
 test-fuzz:
 	@mkdir -p $(BUILD); set -e; for t in $(FUZZ_TARGETS); do \
@@ -202,9 +205,10 @@ test-c: $(C_TESTS) $(BUILD)/demo_register
 # PROT_NONE, read-only and page-straddling pointers and absurd sizes, one
 # process per case (tests/c/test_badinput.c); check_badinput_args.py fails
 # if a pointer parameter of tent.h has no entry in it.
-test-badinput: $(BUILD)/tests/test_badinput
+test-badinput: $(BUILD)/tests/test_badinput $(BUILD)/tests/test_badstate
 	$(PYTHON) tests/c/check_badinput_args.py $(HEADER) tests/c/test_badinput.c
 	./$(BUILD)/tests/test_badinput
+	./$(BUILD)/tests/test_badstate
 
 # ---- NVML in libtent.so (go-nvml through cuda/nvmlinfo/forward) ----------
 # No undefined or exported nvml* symbol; Python (RTLD_NOW, LD_BIND_NOW=1) and

@@ -25,9 +25,29 @@ func fail(err error) C.tent_status {
 	if code == status.OK || code == status.Pending {
 		code = status.Internal
 		msg = fmt.Sprintf("internal error: failure reported without an error code: %q", msg)
+	} else if !knownCode(code) {
+		msg = fmt.Sprintf("internal error: failure with status code %d, which tent.h does not define: %s", int32(code), msg)
+		code = status.Internal
 	}
 	setLastError(msg)
 	return C.tent_status(code)
+}
+
+// knownCode reports whether c is a status tent.h defines. A code from
+// anywhere else (a peer's bytes that a decoder let through, a bug) must not
+// reach C, whose callers switch on the documented values.
+func knownCode(c status.Code) bool {
+	_, ok := status.Lookup(c)
+	return ok
+}
+
+// requestCode is the tent_status of one request's outcome: its code, or
+// TENT_ERR_INTERNAL for one tent.h does not define.
+func requestCode(c status.Code) C.tent_status {
+	if !knownCode(c) {
+		return C.TENT_ERR_INTERNAL
+	}
+	return C.tent_status(c)
 }
 
 // setLastError copies msg into the caller's thread-local last-error buffer.

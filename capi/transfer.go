@@ -353,7 +353,7 @@ func copyStatuses(b *core.Batch, out uintptr, n C.size_t, completed uintptr) (co
 	cs := make([]C.tent_request_status, k)
 	for i := range cs {
 		cs[i] = C.tent_request_status{
-			status: C.tent_status(tmp[i].Code), transport: C.uint32_t(tmp[i].Transport),
+			status: requestCode(tmp[i].Code), transport: C.uint32_t(tmp[i].Transport),
 			bytes: C.uint64_t(tmp[i].Bytes), flags: C.uint32_t(tmp[i].Flags),
 		}
 	}

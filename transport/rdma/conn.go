@@ -172,19 +172,9 @@ func (t *Transport) dialQP(qp *queuePair, deadline time.Time) (devQP, net.Conn, 
 	if err != nil {
 		return vqp, conn, status.Errorf(status.TransportError, "rdma: queue pair reply from %s: %v", qp.key.peer, err)
 	}
-	d := wire.NewDecoder(payload)
-	if typ == frameRefuse {
-		code := status.Code(int32(d.U32()))
-		why := d.String(maxReason)
-		if code >= 0 {
-			code = status.Protocol
-		}
-		return vqp, conn, status.Errorf(code, "rdma: %s refused a queue pair: %s", qp.key.peer, why)
-	}
-	remote := getAddr(&d)
-	pathMTU := mtu(d.U8())
-	if typ != frameAccept || d.Finish() != nil {
-		return vqp, conn, status.Errorf(status.Protocol, "rdma: malformed queue pair reply from %s", qp.key.peer)
+	remote, pathMTU, err := decodeReply(typ, payload, qp.key.peer)
+	if err != nil {
+		return vqp, conn, err
 	}
 	if n.attr.ActiveMTU < pathMTU {
 		pathMTU = n.attr.ActiveMTU

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
 
@@ -43,4 +44,28 @@ func getAddr(d *wire.Decoder) qpAddr {
 	copy(a.GID[:], d.Raw(len(a.GID)))
 	a.Port = d.U8()
 	return a
+}
+
+// decodeReply reads the target's answer to frameConnect: its queue pair
+// and MTU, or its refusal as an error. A refusal carries a known failure
+// code (anything else is a Protocol error: the code reaches the caller's
+// request status, which must be a tent_status).
+func decodeReply(typ uint8, payload []byte, peer string) (qpAddr, mtu, error) {
+	d := wire.NewDecoder(payload)
+	switch typ {
+	case frameRefuse:
+		code := status.Code(int32(d.U32()))
+		why := d.String(maxReason)
+		if _, known := status.Lookup(code); d.Finish() != nil || !known || code >= 0 {
+			return qpAddr{}, 0, status.Errorf(status.Protocol, "rdma: malformed refusal from %s", peer)
+		}
+		return qpAddr{}, 0, status.Errorf(code, "rdma: %s refused a queue pair: %s", peer, why)
+	case frameAccept:
+		remote := getAddr(&d)
+		pathMTU := mtu(d.U8())
+		if d.Finish() == nil {
+			return remote, pathMTU, nil
+		}
+	}
+	return qpAddr{}, 0, status.Errorf(status.Protocol, "rdma: malformed queue pair reply from %s", peer)
 }
