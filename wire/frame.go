@@ -21,10 +21,13 @@ const (
 	// written with one Write call; larger ones go out with writev when the
 	// writer is a socket, to avoid copying the payload.
 	smallFrame = 64 << 10
-	// readChunk caps how much ReadFrame allocates ahead of the bytes that
-	// have actually arrived, so a header claiming a huge length costs a peer
-	// as much bandwidth as it costs us memory.
-	readChunk = 1 << 20
+	// firstChunk is what ReadFrame allocates for a payload larger than the
+	// caller's buffer before any of it has arrived; it then grows by
+	// doubling with the data. So a header claiming a huge length, with
+	// nothing behind it, holds at most this much per connection, and
+	// otherwise a peer pays in bandwidth for at least half of what it makes
+	// us allocate.
+	firstChunk = 64 << 10
 )
 
 var framePool = sync.Pool{New: func() any {
@@ -114,7 +117,7 @@ func ReadFrame(r io.Reader, maxLen uint32, buf []byte) (typ uint8, payload []byt
 		return typ, payload, nil
 	}
 	// Grow with the data rather than trusting the header.
-	payload = make([]byte, 0, min(int(n), readChunk))
+	payload = make([]byte, 0, min(int(n), firstChunk))
 	for len(payload) < int(n) {
 		if len(payload) == cap(payload) {
 			grown := make([]byte, len(payload), min(2*cap(payload), int(n)))

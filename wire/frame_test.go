@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"os"
 	"runtime"
 	"testing"
 	"testing/iotest"
@@ -111,6 +112,37 @@ func TestFrameLyingLengthAllocatesLittle(t *testing.T) {
 	runtime.ReadMemStats(&after)
 	requireCode(t, err, status.Protocol)
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(4<<20))
+}
+
+// stalledBody is a peer that sent a frame header and then nothing: it
+// records the largest read the body asked it to fill (what ReadFrame had
+// allocated before any payload arrived), then fails like a deadline.
+type stalledBody struct {
+	hdr     []byte
+	largest int
+}
+
+func (s *stalledBody) Read(p []byte) (int, error) {
+	if len(s.hdr) > 0 {
+		n := copy(p, s.hdr)
+		s.hdr = s.hdr[n:]
+		return n, nil
+	}
+	s.largest = max(s.largest, len(p))
+	return 0, os.ErrDeadlineExceeded
+}
+
+// Many connections that each send only a header claiming a large frame
+// (a half-frame flood on a control listener) must not each hold a large
+// allocation: what is committed before data arrives is bounded.
+func TestHalfFrameCommitsLittleMemory(t *testing.T) {
+	for _, claim := range []uint32{MaxFrame, 16 << 20, 2 << 20} {
+		s := &stalledBody{hdr: append([]byte{2, 0, 0, 0}, u32le(claim)...)}
+		_, _, err := ReadFrame(s, 0, make([]byte, 0, 4096))
+		requireCode(t, err, status.Timeout)
+		require.LessOrEqual(t, s.largest, 64<<10, "claim %d: %d bytes allocated before any payload", claim, s.largest)
+		require.Positive(t, s.largest)
+	}
 }
 
 func TestWriteFrameErrors(t *testing.T) {
