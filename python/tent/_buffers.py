@@ -32,7 +32,7 @@ from __future__ import annotations
 import ctypes
 import re
 import sys
-from typing import Any, NamedTuple, Optional
+from typing import Any, Mapping, NamedTuple, Optional
 
 from . import _check
 from ._errors import InvalidArgument
@@ -201,6 +201,8 @@ def _contiguous_nbytes(shape: Any, strides: Any, itemsize: int, what: str) -> in
     """Bytes of an array of shape/strides (strides in bytes, or None for
     C order) that covers one contiguous range (C or Fortran order); raises
     InvalidArgument otherwise."""
+    if not isinstance(shape, (tuple, list)) or (strides is not None and not isinstance(strides, (tuple, list))):
+        raise TypeError(f"{what}: shape and strides must be tuples of ints, not {shape!r} and {strides!r}")
     shape = [_check.integer(s, f"{what}: a dimension") for s in shape]
     n = 1
     for s in shape:
@@ -210,6 +212,8 @@ def _contiguous_nbytes(shape: Any, strides: Any, itemsize: int, what: str) -> in
     if strides is None or n == 0:
         return n * itemsize
     strides = [_check.integer(s, f"{what}: a stride") for s in strides]
+    if len(strides) != len(shape):
+        raise InvalidArgument(f"{what}: {len(strides)} strides for {len(shape)} dimensions")
 
     def dense(dims: Any) -> bool:
         expect = itemsize
@@ -277,12 +281,21 @@ def _typestr_itemsize(typestr: str) -> int:
     return size
 
 
-def _from_interface(obj: Any, iface: dict, what: str, device: Optional[str]) -> Buffer:
+def _from_interface(obj: Any, iface: Any, what: str, device: Optional[str]) -> Buffer:
+    # The interface is the exporter's word, plain data that may be anything:
+    # its shape is checked before a field is used.
+    if not isinstance(iface, Mapping):
+        raise TypeError(f"{type(obj).__name__}.{what} is a {type(iface).__name__}, not a dict")
+    for key in ("typestr", "shape"):
+        if key not in iface:
+            raise InvalidArgument(f"{type(obj).__name__}.{what} has no {key!r}")
     if iface.get("mask") is not None:
         raise InvalidArgument(f"{what} with a mask is not supported")
     if _interface_holds_objects(iface):
         raise _refuse_objects(f"{type(obj).__name__} ({what})")
     data = iface.get("data")
+    if isinstance(data, tuple) and len(data) != 2:
+        raise InvalidArgument(f"{what}: data {data!r} is not an (address, read_only) pair")
     if not isinstance(data, tuple):
         if device is None and data is not None:  # array interface with a buffer object
             mv = memoryview(data)

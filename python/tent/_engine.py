@@ -21,9 +21,11 @@ import atexit
 import ctypes
 import functools
 import json
+import math
 import struct
 import sys
 import threading
+import time
 import weakref
 from ctypes import byref, c_size_t, c_void_p, sizeof
 from typing import Any, Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple, Union
@@ -203,6 +205,7 @@ class Engine(_Managed):
             opts.secret = ctypes.addressof(secret_buf)
             opts.secret_len = len(secret_b)
         opts.timeout_ms = _check.millis(timeout, "timeout", zero_is_default=True)
+        self._default_timeout_ms = opts.timeout_ms or _lib.DEFAULT_TIMEOUT_MS
         opts.unregister_timeout_ms = _check.millis(unregister_timeout, "unregister_timeout", zero_is_default=True)
         if tcp_streams is not None:
             opts.tcp_streams = _check.bounded(tcp_streams, "tcp_streams", 1, (1 << 32) - 1)
@@ -641,18 +644,29 @@ class Engine(_Managed):
         0: do not wait). Raises tent.Timeout when none arrives."""
         h = self._h()
         ms = _check.millis(timeout, "timeout", zero_is_default=False)
+        if ms < 0:
+            ms = self._default_timeout_ms
         dll = _lib.lib()
         # A sender name always fits TENT_MAX_NAME_LEN + 1 bytes; only the
         # message may need a second try, with its reported length.
         cap, from_cap = 4096, _lib.TENT_MAX_NAME_LEN + 1
         n = c_size_t()
         sender = ctypes.create_string_buffer(from_cap)
+        # The wait returns to Python at least every slice, so a signal
+        # (Ctrl-C) is handled while waiting, not after the whole timeout.
+        end = time.monotonic() + ms / 1000
+        step = min(ms, Batch._WAIT_SLICE_MS)
         while True:
             buf = ctypes.create_string_buffer(cap)
-            st = dll.tent_notify_recv(h, ms, buf, cap, byref(n), sender, from_cap)
+            st = dll.tent_notify_recv(h, step, buf, cap, byref(n), sender, from_cap)
             if st == _lib.TENT_ERR_BUFFER_TOO_SMALL and n.value > cap:
                 cap = n.value
                 continue
+            if st == _lib.TENT_ERR_TIMEOUT:
+                left = end - time.monotonic()
+                if left > 0:
+                    step = min(math.ceil(left * 1000), Batch._WAIT_SLICE_MS)
+                    continue
             check(st)
             return Notification(sender.value.decode("utf-8", "replace"), buf.raw[: n.value])
 

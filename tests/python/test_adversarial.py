@@ -1,0 +1,111 @@
+"""Adversarial input to the Python layer: objects whose array interface
+lies, waits interrupted by a signal. Each mistake is a TypeError or a
+ValueError (tent.InvalidArgument) naming what is wrong, never another
+exception from deep inside tent, and never a crash."""
+
+import textwrap
+
+import numpy as np
+import pytest
+
+import tent
+
+from conftest import leaks, run_python
+
+
+class Interface:
+    """An object that exports only the __array_interface__ it is given."""
+
+    def __init__(self, iface):
+        self.__array_interface__ = iface
+
+
+class CudaInterface:
+    def __init__(self, iface):
+        self.__cuda_array_interface__ = iface
+
+
+_arr = np.zeros(4096, np.uint8)
+_good = dict(_arr.__array_interface__)
+
+
+@pytest.mark.parametrize(
+    "iface, exc",
+    [
+        ([1, 2], TypeError),
+        (None, TypeError),
+        ("typestr", TypeError),
+        ({k: v for k, v in _good.items() if k != "typestr"}, tent.InvalidArgument),
+        ({k: v for k, v in _good.items() if k != "shape"}, tent.InvalidArgument),
+        (dict(_good, shape=4096), TypeError),
+        (dict(_good, shape=None), TypeError),
+        (dict(_good, strides="x"), TypeError),
+        (dict(_good, data=(1,)), tent.InvalidArgument),
+        (dict(_good, data=()), tent.InvalidArgument),
+        (dict(_good, data=(_good["data"][0], False, 1)), tent.InvalidArgument),
+        (dict(_good, strides=()), tent.InvalidArgument),
+        (dict(_good, strides=(1, 1)), tent.InvalidArgument),
+        (dict(_good, shape=(64, 64), strides=(1,)), tent.InvalidArgument),
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, dict) else None,
+)
+def test_lying_array_interface_is_a_type_or_value_error(engine, iface, exc):
+    for obj in (Interface(iface), CudaInterface(iface)):
+        with pytest.raises(exc) as info:
+            engine.register(obj)
+        assert str(info.value)
+    assert leaks(engine) == {}
+    # the same memory described truthfully still registers
+    with engine.register(Interface(_good)) as r:
+        assert r.size == 4096
+
+
+def test_recv_notification_is_interrupted_by_ctrl_c():
+    # A long wait for a notification returns to Python often enough that
+    # SIGINT raises KeyboardInterrupt at once, not after the timeout.
+    code = textwrap.dedent(
+        """
+        import os, signal, threading, time
+        import tent
+        e = tent.Engine(transports="local")
+        waiting = threading.Event()
+        done = threading.Event()
+        def interrupt():
+            waiting.wait()
+            while not done.is_set():
+                os.kill(os.getpid(), signal.SIGINT)
+                done.wait(0.05)
+        threading.Thread(target=interrupt, daemon=True).start()
+        start = time.monotonic()
+        try:
+            waiting.set()
+            e.recv_notification(timeout=120)
+            print("returned")
+        except KeyboardInterrupt:
+            print("interrupted after", round(time.monotonic() - start, 1))
+        done.set()
+        # the engine still works afterwards
+        with e.open_segment(e.name) as s:
+            e.notify(s, b"after")
+            print(e.recv_notification(timeout=5).message)
+        e.close()
+        """
+    )
+    p = run_python(code, timeout=100)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.split("\n")
+    assert lines[0].startswith("interrupted after"), p.stdout
+    assert float(lines[0].split()[-1]) < 30, p.stdout
+    assert lines[1] == "b'after'", p.stdout
+
+
+def test_recv_notification_keeps_its_timeout_across_slices(engine):
+    # A wait in slices still ends at its timeout, with tent.Timeout.
+    with pytest.raises(tent.Timeout):
+        engine.recv_notification(timeout=0.45)
+    with pytest.raises(tent.Timeout):
+        engine.recv_notification(timeout=0)
+    with engine.open_segment(engine.name) as s:
+        engine.notify(s, b"x" * 10000)  # larger than the first buffer
+        n = engine.recv_notification(timeout=5)
+        assert n.message == b"x" * 10000 and n.sender == engine.name
