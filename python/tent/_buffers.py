@@ -92,7 +92,7 @@ def _memoryview_address(mv: memoryview) -> int:
 
 # ---- Python object references ---------------------------------------------
 
-def _interface_holds_objects(iface: dict) -> bool:
+def _interface_holds_objects(iface: Mapping[str, Any]) -> bool:
     """Whether an array interface's typestr or (nested) descr is "O"."""
     def holds(t: Any) -> bool:
         if isinstance(t, str):
