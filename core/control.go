@@ -37,7 +37,9 @@ func (e *Engine) serveControl(c net.Conn, _ string) {
 	subscribed := false
 	var buf []byte
 	for {
-		typ, payload, err := wire.ReadFrame(c, maxCtlFrame, buf)
+		// Idle between requests for as long as the peer likes, but a frame
+		// once begun must arrive within the engine's timeout.
+		typ, payload, err := wire.ReadFrameWithin(c, maxCtlFrame, buf, e.opts.DefaultTimeout)
 		if err != nil {
 			return
 		}

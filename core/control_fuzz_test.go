@@ -69,3 +69,29 @@ func FuzzServeControl(f *testing.F) {
 		}
 	})
 }
+
+// A peer that begins a control frame and never finishes it (a half-frame)
+// is cut off within the engine's timeout instead of holding the server's
+// goroutine, buffer and connection forever.
+func TestServeControlCutsOffAHalfFrame(t *testing.T) {
+	e, err := New(Options{Transports: []string{}, DefaultTimeout: 200 * time.Millisecond})
+	require.NoError(t, err)
+	defer e.Close()
+	c, s := net.Pipe()
+	defer c.Close()
+	go func() {
+		go func() { _, _ = io.Copy(io.Discard, c) }()
+		_, _ = c.Write([]byte{ctlNotify, 0, 0, 0, 0, 0, 0x10, 0}) // 1 MiB claimed
+		_, _ = c.Write([]byte{1, 2, 3})
+	}()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		e.serveControl(s, "half-frame")
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("serveControl still waits for the rest of a stalled frame")
+	}
+}

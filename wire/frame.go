@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/tent-dev/tent/status"
 )
@@ -166,4 +167,37 @@ func isTimeout(err error) bool {
 	}
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// ReadFrameWithin is ReadFrame on a connection that may stay idle between
+// frames for as long as the peer likes, but on which a frame, once its
+// header arrived, must arrive whole within d: a peer that sends a header
+// and then stalls (or drips the payload) is cut off with a Timeout instead
+// of holding the reader, and its buffer, forever. It leaves no read
+// deadline set on c.
+func ReadFrameWithin(c net.Conn, maxLen uint32, buf []byte, d time.Duration) (typ uint8, payload []byte, err error) {
+	r := &bodyDeadline{c: c, d: d}
+	typ, payload, err = ReadFrame(r, maxLen, buf)
+	if r.set {
+		_ = c.SetReadDeadline(time.Time{})
+	}
+	return typ, payload, err
+}
+
+// bodyDeadline sets c's read deadline once a frame header has been read.
+type bodyDeadline struct {
+	c    net.Conn
+	d    time.Duration
+	read int
+	set  bool
+}
+
+func (r *bodyDeadline) Read(p []byte) (int, error) {
+	n, err := r.c.Read(p)
+	r.read += n
+	if !r.set && r.read >= FrameHeaderSize {
+		r.set = true
+		_ = r.c.SetReadDeadline(time.Now().Add(r.d))
+	}
+	return n, err
 }

@@ -224,3 +224,30 @@ func TestFrameNoAllocs(t *testing.T) {
 	})
 	require.Zero(t, allocs)
 }
+
+// A connection may idle between frames, but a frame once begun must be
+// finished within the bound: a stalled or dripped payload is a Timeout,
+// and no deadline is left behind for the next frame.
+func TestReadFrameWithinBoundsAStartedFrame(t *testing.T) {
+	c, s := net.Pipe()
+	defer c.Close()
+	defer s.Close()
+	var whole bytes.Buffer
+	require.NoError(t, WriteFrame(&whole, 3, []byte("payload")))
+	go func() {
+		// Idle longer than the bound before the first frame, then one
+		// whole frame, then a header claiming 1 MiB and a dripped byte.
+		time.Sleep(150 * time.Millisecond)
+		_, _ = c.Write(whole.Bytes())
+		_, _ = c.Write(append([]byte{3, 0, 0, 0}, u32le(1<<20)...))
+		_, _ = c.Write([]byte{1})
+	}()
+	typ, p, err := ReadFrameWithin(s, 0, nil, 50*time.Millisecond)
+	require.NoError(t, err, "idle time before a frame does not count")
+	require.Equal(t, uint8(3), typ)
+	require.Equal(t, "payload", string(p))
+	start := time.Now()
+	_, _, err = ReadFrameWithin(s, 0, nil, 50*time.Millisecond)
+	requireCode(t, err, status.Timeout)
+	require.Less(t, time.Since(start), 5*time.Second)
+}
