@@ -588,10 +588,10 @@ static void *destroyer(void *arg) {
   return NULL;
 }
 
-static void test_threads_while_destroying(void) {
+static void test_threads_while_destroying(const char *transports) {
   uint64_t base = process_handles();
   for (int round = 0; round < 5; round++) {
-    victim = new_engine("local");
+    victim = new_engine(transports);
     victim_buf = aligned_alloc(4096, 1 << 18);
     memset(victim_buf, 1, 1 << 18);
     tent_region *r = NULL;
@@ -621,6 +621,56 @@ static void test_threads_while_destroying(void) {
   CHECK_EQ_U64(atomic_load(&destroy_wins), 1);
   CHECK_EQ_U64(atomic_load(&destroy_losses), NTHREADS - 1);
   CHECK_EQ_U64(process_handles(), base);
+}
+
+/* ---- Many threads on a batch being destroyed ------------------------------ */
+
+static tent_batch *shared_batch;
+static atomic_int batch_users_started, batch_bad;
+
+static void *use_batch(void *arg) {
+  (void)arg;
+  atomic_fetch_add(&batch_users_started, 1);
+  for (;;) {
+    tent_request_status rs[4];
+    size_t done = 0;
+    tent_status a = tent_batch_wait(shared_batch, 50);
+    tent_status b = tent_batch_status(shared_batch, rs, 4, &done);
+    if (!(a == TENT_OK || a == TENT_ERR_INVALID_HANDLE) || !(b == TENT_OK || b == TENT_ERR_INVALID_HANDLE)) {
+      atomic_fetch_add(&batch_bad, 1);
+      fprintf(stderr, "    batch use during destroy: %s, %s: %s\n", tent_status_str(a), tent_status_str(b),
+              tent_last_error());
+    }
+    if (b == TENT_ERR_INVALID_HANDLE) return NULL;
+  }
+}
+
+static void test_batch_destroyed_while_used(void) {
+  tent_engine *e = new_engine("local");
+  unsigned char *buf = aligned_alloc(4096, 1 << 16);
+  memset(buf, 1, 1 << 16);
+  tent_region *r = NULL;
+  CHECK_ST(tent_register(e, buf, 1 << 16, "cpu", RW, &r), TENT_OK);
+  tent_segment *s = open_self(e);
+  for (int round = 0; round < 20; round++) {
+    tent_request q[4];
+    for (int i = 0; i < 4; i++) q[i] = write_req(buf, s, 4096 * (i + 1), 4096);
+    CHECK_ST(tent_transfer(e, q, 4, NULL, &shared_batch), TENT_OK);
+    atomic_store(&batch_users_started, 0);
+    pthread_t th[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++) pthread_create(&th[i], NULL, use_batch, NULL);
+    while (atomic_load(&batch_users_started) < NTHREADS) sched_yield();
+    CHECK_ST(tent_batch_destroy(shared_batch), TENT_OK);
+    for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
+  }
+  CHECK_EQ_U64(atomic_load(&batch_bad), 0);
+  tent_stats st = stats_of(e);
+  CHECK_EQ_U64(st.batches, 0);
+  CHECK_EQ_U64(st.requests_in_flight, 0);
+  CHECK_ST(tent_segment_close(e, s), TENT_OK);
+  CHECK_ST(tent_unregister(e, r), TENT_OK);
+  CHECK_ST(tent_engine_destroy(e), TENT_OK);
+  free(buf);
 }
 
 /* ---- Log callbacks swapped while lines are delivered ---------------------- */
@@ -699,7 +749,10 @@ int main(void) {
   test_misaligned();
   test_absurd_values();
   test_arrays_into_unmapped_page();
-  test_threads_while_destroying();
+  test_threads_while_destroying("local");
+  test_threads_while_destroying("shm");
+  test_threads_while_destroying("tcp");
+  test_batch_destroyed_while_used();
   test_callback_swaps();
   CHECK_EQ_U64(process_handles(), base);
   return check_summary("test_badstate");
