@@ -120,12 +120,11 @@ func (p *pair) postRaw(t *testing.T, op opcode, local *core.Region, remote uint6
 	t.Helper()
 	d, err := p.b.Descriptor()
 	require.NoError(t, err)
-	qp, err := p.ta.queuePairFor(connKey{peer: d.Name, incarnation: d.Incarnation}, endpointOf(d), time.Now().Add(10*time.Second))
-	require.NoError(t, err)
+	key, addr := connKey{peer: d.Name, incarnation: d.Incarnation}, endpointOf(d)
 	got := make(chan error, 1)
 	pend := &pending{done: func(_ uint64, err error) { got <- err }}
 	pend.left.Store(1)
-	p.ta.enqueue(qp, []*workRequest{{req: pend, deadline: time.Now().Add(10 * time.Second), wr: sendWR{
+	p.ta.post(key, addr, time.Now().Add(10*time.Second), []*workRequest{{req: pend, deadline: time.Now().Add(10 * time.Second), wr: sendWR{
 		ID: p.ta.ids.Add(1), Op: op, LocalAddr: local.Addr, Length: n, LKey: p.ta.lkeys(local)[0],
 		RemoteAddr: remote, RKey: rkey, Signaled: true}}})
 	select {

@@ -176,22 +176,38 @@ func (t *Transport) Submit(reqs []*core.Request) {
 		}
 	}
 	for _, tg := range order {
-		wrs := groups[tg]
-		qp, err := t.queuePairFor(tg.key, tg.addr, deadlines[tg])
-		if err != nil {
-			n := t.nics[tg.key.local]
-			for _, wr := range wrs {
-				wr.req.complete(n, wr, 0, err)
-			}
-			continue
+		t.post(tg.key, tg.addr, deadlines[tg], groups[tg])
+	}
+}
+
+// post hands work to the queue pair for key. A queue pair that broke
+// between the lookup and the enqueue (its error seen by the poller
+// meanwhile) never had this work on it, so the work goes to the queue
+// pair rebuilt in its place; only a second break in a row fails it.
+func (t *Transport) post(key connKey, addr string, deadline time.Time, wrs []*workRequest) {
+	var err error
+	for range 2 {
+		var qp *queuePair
+		if qp, err = t.queuePairFor(key, addr, deadline); err != nil {
+			break
 		}
-		t.enqueue(qp, wrs)
+		if t.opts.beforeEnqueue != nil {
+			t.opts.beforeEnqueue(qp)
+		}
+		if err = t.enqueue(qp, wrs); err == nil {
+			return
+		}
+	}
+	n := t.nics[key.local]
+	for _, wr := range wrs {
+		wr.req.complete(n, wr, 0, err)
 	}
 }
 
 // enqueue adds work to a queue pair and posts what its send queue has room
-// for.
-func (t *Transport) enqueue(qp *queuePair, wrs []*workRequest) {
+// for. A queue pair already broken takes nothing: enqueue returns the
+// error the work would fail with, and the caller still owns the work.
+func (t *Transport) enqueue(qp *queuePair, wrs []*workRequest) error {
 	n := qp.nic
 	n.mu.Lock()
 	if qp.state == qpBroken {
@@ -201,10 +217,7 @@ func (t *Transport) enqueue(qp *queuePair, wrs []*workRequest) {
 			// A refused access broke it; this work was not refused.
 			err = status.Errorf(status.TransportError, "rdma: queue pair to %s broke", qp.key.peer)
 		}
-		for _, wr := range wrs {
-			wr.req.complete(n, wr, 0, err)
-		}
-		return
+		return err
 	}
 	for _, wr := range wrs {
 		wr.qp = qp
@@ -216,6 +229,7 @@ func (t *Transport) enqueue(qp *queuePair, wrs []*workRequest) {
 	if failed != nil {
 		t.breakQP(qp, failed)
 	}
+	return nil
 }
 
 // flushLocked posts queued work while the send queue has room, at most

@@ -2,6 +2,10 @@ package rdma
 
 import (
 	"bytes"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"syscall"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -132,9 +136,10 @@ func TestProcessesCQErrorMidBatch(t *testing.T) {
 	_ = tr
 }
 
-// A queue pair forced into the error state while requests stream over it
-// fails them (they are retried on tcp), is torn down and rebuilt; no data
-// is lost and nothing leaks.
+// A queue pair forced into the error state while requests are on the NIC
+// fails them (they are retried on tcp), is torn down and rebuilt with a
+// new queue pair number, and the next batch pinned to rdma runs on it; no
+// data is lost and nothing leaks.
 func TestProcessesQPToErrorUnderLoad(t *testing.T) {
 	f := useFake(t, "fake0")
 	const k, size = 64, 64 << 10
@@ -145,24 +150,177 @@ func TestProcessesQPToErrorUnderLoad(t *testing.T) {
 	require.NoError(t, err)
 	code, _, _ := run(t, e, writes(src, seg, p.Buffers[0].Addr, 1, size), core.TransferOptions{})
 	require.Equal(t, status.OK, code)
-	qps := tr.queuePairs()
-	require.Len(t, qps, 1)
-	victim := qps[0]
+	victim := onlyQP(t, tr)
+	oldQPN := qpNum(victim)
 
+	// The work stays on the (fake) NIC until its queue pair goes to error.
+	t.Setenv("FAKEVERBS_FAIL", "qp:hold_after=0")
 	b, err := e.Submit(writes(src, seg, p.Buffers[0].Addr, k, size), core.TransferOptions{})
 	require.NoError(t, err)
 	defer e.ReleaseBatch(b)
+	require.Eventually(t, func() bool { return tr.Stats()["inflight"] == k }, 20*time.Second, time.Millisecond)
+	t.Setenv("FAKEVERBS_FAIL", "")
 	victim.nic.mu.Lock()
 	vqp := victim.qp
 	victim.nic.mu.Unlock()
 	require.NoError(t, vqp.ToError(), "the NIC moves the queue pair to error under load")
 	code, _ = b.Wait(30 * time.Second)
-	require.Equal(t, status.OK, code, "failed work was retried on tcp")
+	require.Equal(t, status.OK, code, "the flushed work was retried on tcp")
+	st := make([]core.RequestStatus, k)
+	b.Status(st)
+	for i, s := range st {
+		require.EqualValues(t, tcp.ID, s.Transport, "request %d", i)
+		require.NotZero(t, s.Flags&core.FlagRetried, "request %d", i)
+	}
 	require.Equal(t, peertest.Sum(src), sum(t, p, 0))
 
-	// Not checked here yet: that the next batch pinned to rdma runs on a
-	// rebuilt queue pair (the in-process fabric's TestQPToErrorUnderLoad
-	// checks it; against the fake library it still fails with TRANSPORT).
+	_, _ = rand.Read(src) // new bytes, so the sum below shows rdma wrote them
+	code, st, err = run(t, e, writes(src, seg, p.Buffers[0].Addr, k, size), core.TransferOptions{Transport: Name})
+	require.Equal(t, status.OK, code, "the next batch runs on a rebuilt queue pair: %v", err)
+	for i, s := range st {
+		require.EqualValues(t, ID, s.Transport, "request %d served by rdma", i)
+		require.Zero(t, s.Flags&core.FlagRetried, "request %d", i)
+	}
+	require.Equal(t, peertest.Sum(src), sum(t, p, 0), "rdma wrote every byte")
+	fresh := onlyQP(t, tr)
+	require.NotSame(t, victim, fresh, "a new queue pair replaced the broken one")
+	require.NotEqual(t, oldQPN, qpNum(fresh), "with a new queue pair number")
+	require.EqualValues(t, 1, f.counts(t).QPs, "the broken queue pair was destroyed")
+	require.NoError(t, e.Uninstall(Name))
+	f.requireNoObjects(t)
+}
+
+// onlyQP is the transport's one initiator queue pair.
+func onlyQP(t *testing.T, tr *Transport) *queuePair {
+	t.Helper()
+	qps := tr.queuePairs()
+	require.Len(t, qps, 1)
+	return qps[0]
+}
+
+// qpNum is a ready queue pair's number.
+func qpNum(qp *queuePair) uint32 {
+	qp.nic.mu.Lock()
+	defer qp.nic.mu.Unlock()
+	if qp.qp == nil {
+		return 0
+	}
+	return qp.qp.Num()
+}
+
+// breakByCQError breaks the transport's queue pair with a completion error
+// on an unpinned batch (retried on tcp) and returns the broken one.
+func breakByCQError(t *testing.T, e *core.Engine, tr *Transport, reqs []core.TransferRequest) *queuePair {
+	t.Helper()
+	t.Setenv("FAKEVERBS_FAIL", "cq:error_after=0")
+	code, st, _ := run(t, e, reqs, core.TransferOptions{})
+	require.Equal(t, status.OK, code)
+	require.EqualValues(t, tcp.ID, st[0].Transport, "the failed request was retried on tcp")
+	t.Setenv("FAKEVERBS_FAIL", "")
+	broken := onlyQP(t, tr)
+	broken.nic.mu.Lock()
+	defer broken.nic.mu.Unlock()
+	require.Equal(t, qpBroken, broken.state)
+	return broken
+}
+
+// Batches submitted while a broken queue pair is being rebuilt wait for
+// the new one (they neither fail nor start a second rebuild) and all run
+// on it once it connects. The rebuild is held inside ibv_create_qp by the
+// fake, so the submissions land in the middle of it.
+func TestProcessesRebuildRacesSubmissions(t *testing.T) {
+	f := useFake(t, "fake0")
+	const k, size = 8, 64 << 10
+	p := startPeer(t, f, peertest.Buffer{Size: 3 * k * size, Perm: rw})
+	e, tr := newProcEngine(t, true)
+	src, _ := localBuf(t, e, 3*k*size)
+	seg, err := e.OpenSegment(p.Name)
+	require.NoError(t, err)
+	remote := p.Buffers[0].Addr
+	code, _, _ := run(t, e, writes(src, seg, remote, 1, size), core.TransferOptions{})
+	require.Equal(t, status.OK, code)
+	broken := breakByCQError(t, e, tr, writes(src, seg, remote, 1, size))
+	require.Eventually(t, func() bool { return f.counts(t).QPs == 0 }, 10*time.Second, time.Millisecond)
+
+	gate := filepath.Join(t.TempDir(), "create_qp")
+	require.NoError(t, syscall.Mkfifo(gate, 0o600))
+	t.Setenv("FAKEVERBS_FAIL", "ibv_create_qp:block="+gate)
+	var batches []*core.Batch
+	submit := func(i int) {
+		reqs := writes(src[i*k*size:], seg, remote+uint64(i*k*size), k, size)
+		b, err := e.Submit(reqs, core.TransferOptions{Transport: Name})
+		require.NoError(t, err)
+		t.Cleanup(func() { e.ReleaseBatch(b) })
+		batches = append(batches, b)
+	}
+	submit(0)
+	// Opening the gate returns once the rebuild waits inside ibv_create_qp.
+	w, err := os.OpenFile(gate, os.O_WRONLY, 0)
+	require.NoError(t, err)
+	// Closing the gate lets the rebuild go on if the test stops early.
+	t.Cleanup(func() { _ = w.Close() })
+	t.Setenv("FAKEVERBS_FAIL", "")
+	submit(1)
+	submit(2)
+	rebuilding := onlyQP(t, tr)
+	require.NotSame(t, broken, rebuilding)
+	rebuilding.nic.mu.Lock()
+	require.Equal(t, qpConnecting, rebuilding.state)
+	require.Len(t, rebuilding.queue, 3*k, "the three batches wait on the queue pair being built")
+	rebuilding.nic.mu.Unlock()
+	for _, b := range batches {
+		code, done, _ := b.Status(nil)
+		require.Equal(t, status.Pending, code)
+		require.Zero(t, done, "no request finished while the queue pair is being built")
+	}
+
+	_, err = w.Write([]byte{1})
+	require.NoError(t, err)
+	for i, b := range batches {
+		code, _ := b.Wait(30 * time.Second)
+		require.Equal(t, status.OK, code, "batch %d", i)
+		st := make([]core.RequestStatus, k)
+		b.Status(st)
+		for j, s := range st {
+			require.EqualValues(t, ID, s.Transport, "batch %d request %d", i, j)
+		}
+	}
+	require.Equal(t, peertest.Sum(src), sum(t, p, 0))
+	require.Same(t, rebuilding, onlyQP(t, tr), "one rebuild served them all")
+	require.EqualValues(t, 1, f.counts(t).QPs)
+	require.NoError(t, e.Uninstall(Name))
+	f.requireNoObjects(t)
+}
+
+// A queue pair that breaks between a submission's lookup and its enqueue
+// (the poller saw its error meanwhile) never had that work: the work goes
+// to the queue pair rebuilt in its place, and a batch pinned to rdma
+// succeeds.
+func TestProcessesBreakBetweenLookupAndEnqueue(t *testing.T) {
+	f := useFake(t, "fake0")
+	const k, size = 4, 64 << 10
+	p := startPeer(t, f, peertest.Buffer{Size: k * size, Perm: rw})
+	e, tr := newProcEngine(t, true)
+	src, _ := localBuf(t, e, k*size)
+	seg, err := e.OpenSegment(p.Name)
+	require.NoError(t, err)
+	code, _, _ := run(t, e, writes(src, seg, p.Buffers[0].Addr, 1, size), core.TransferOptions{})
+	require.Equal(t, status.OK, code)
+	victim := onlyQP(t, tr)
+	var hooked atomic.Int32
+	tr.opts.beforeEnqueue = func(qp *queuePair) {
+		if qp == victim && hooked.Add(1) == 1 {
+			tr.breakQP(qp, status.Errorf(status.TransportError, "broken between lookup and enqueue"))
+		}
+	}
+	code, st, err := run(t, e, writes(src, seg, p.Buffers[0].Addr, k, size), core.TransferOptions{Transport: Name})
+	require.Equal(t, status.OK, code, "%v", err)
+	require.EqualValues(t, 1, hooked.Load(), "the break landed between lookup and enqueue")
+	for i, s := range st {
+		require.EqualValues(t, ID, s.Transport, "request %d", i)
+	}
+	require.Equal(t, peertest.Sum(src), sum(t, p, 0))
+	require.NotSame(t, victim, onlyQP(t, tr))
 	require.NoError(t, e.Uninstall(Name))
 	f.requireNoObjects(t)
 }

@@ -130,12 +130,11 @@ func peerRegion(t *testing.T, seg *core.Segment, addr uint64) wire.RegionDesc {
 func postRawProc(t *testing.T, tr *Transport, seg *core.Segment, op opcode, local *core.Region, remote uint64, rkey uint32, n uint32) error {
 	t.Helper()
 	d := seg.Peer().Desc()
-	qp, err := tr.queuePairFor(connKey{peer: d.Name, incarnation: d.Incarnation}, endpointOf(d), time.Now().Add(10*time.Second))
-	require.NoError(t, err)
+	key, addr := connKey{peer: d.Name, incarnation: d.Incarnation}, endpointOf(d)
 	got := make(chan error, 1)
 	p := &pending{done: func(_ uint64, err error) { got <- err }}
 	p.left.Store(1)
-	tr.enqueue(qp, []*workRequest{{req: p, deadline: time.Now().Add(10 * time.Second), wr: sendWR{
+	tr.post(key, addr, time.Now().Add(10*time.Second), []*workRequest{{req: p, deadline: time.Now().Add(10 * time.Second), wr: sendWR{
 		ID: tr.ids.Add(1), Op: op, LocalAddr: local.Addr, Length: n, LKey: tr.lkeys(local)[0],
 		RemoteAddr: remote, RKey: rkey, Signaled: true}}})
 	select {

@@ -29,6 +29,9 @@ type Options struct {
 	// beforeRegMR, set by tests, runs before each ibv_reg_mr with the NIC's
 	// index (a panic in the middle of a batch).
 	beforeRegMR func(nic int)
+	// beforeEnqueue, set by tests, runs between a queue pair's lookup and
+	// the enqueue of work on it (a break landing in between).
+	beforeEnqueue func(qp *queuePair)
 	// open, set by tests, opens the verbs library instead of package
 	// verbs (an in-process fabric).
 	open func(path string) (devLibrary, error)

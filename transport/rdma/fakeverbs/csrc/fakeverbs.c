@@ -38,6 +38,13 @@
 //               first N executed ones with status S (default
 //               IBV_WC_GENERAL_ERR), and "qp:error_after=N" moves the QP
 //               to ERR before executing that WR (it and later ones flush).
+//               "qp:hold_after=N" keeps every WR after the first N executed
+//               ones on the NIC: not executed and not completed until its QP
+//               goes to ERR, when it is flushed (IBV_WC_WR_FLUSH_ERR), as a
+//               NIC flushes its send queue. A rule with block=PATH (a FIFO)
+//               makes its call wait, before it does anything, until a writer
+//               opens PATH and writes one byte: a test holds the call there
+//               and knows it is there when its own open of PATH returns.
 //   counters    fakeverbs_counts reports live contexts, PDs, MRs, CQs, QPs
 //               and device lists.
 #define _GNU_SOURCE
@@ -113,10 +120,18 @@ struct fake_cq {
 	int cap, head, count, overrun, users;
 };
 
+// A WR held on the NIC (qp:hold_after) until its QP goes to ERR.
+struct held_wr {
+	uint64_t wr_id;
+	int opcode;
+};
+
 struct fake_qp {
 	tv_qp base;
 	int slot;
 	uint32_t max_send_wr, max_sge, outstanding, unretired;
+	struct held_wr *held;
+	int nheld, held_cap;
 	struct fake_qp *next;
 };
 
@@ -226,8 +241,8 @@ static int pid_alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno !=
 // ---- failure injection -----------------------------------------------------
 
 struct rule {
-	char call[48], dev[NAME_LEN], state[16];
-	long nth, err, error_after, status;
+	char call[48], dev[NAME_LEN], state[16], block[256];
+	long nth, err, error_after, hold_after, status;
 };
 
 static int parse_rules(struct rule *rules, int max) {
@@ -248,6 +263,7 @@ static int parse_rules(struct rule *rules, int max) {
 		struct rule *x = &rules[n++];
 		memset(x, 0, sizeof *x);
 		x->error_after = -1;
+		x->hold_after = -1;
 		char *save2 = NULL;
 		char *f = strtok_r(r, ":", &save2);
 		snprintf(x->call, sizeof x->call, "%s", f ? f : "");
@@ -260,6 +276,8 @@ static int parse_rules(struct rule *rules, int max) {
 			else if (!strcmp(f, "state")) snprintf(x->state, sizeof x->state, "%s", eq);
 			else if (!strcmp(f, "errno")) x->err = atol(eq);
 			else if (!strcmp(f, "error_after")) x->error_after = atol(eq);
+			else if (!strcmp(f, "hold_after")) x->hold_after = atol(eq);
+			else if (!strcmp(f, "block")) snprintf(x->block, sizeof x->block, "%s", eq);
 			else if (!strcmp(f, "status")) x->status = atol(eq);
 		}
 	}
@@ -272,7 +290,7 @@ static int injected(const char *call, const char *dev, const char *state, int de
 	int n = parse_rules(rules, 32);
 	for (int i = 0; i < n; i++) {
 		struct rule *r = &rules[i];
-		if (strcmp(r->call, call) != 0) continue;
+		if (strcmp(r->call, call) != 0 || r->block[0]) continue;
 		if (r->dev[0] && (!dev || strcmp(r->dev, dev) != 0)) continue;
 		if (r->state[0] && (!state || strcmp(r->state, state) != 0)) continue;
 		int hit = ++g.rule_hits[i];
@@ -280,6 +298,78 @@ static int injected(const char *call, const char *dev, const char *state, int de
 		return r->err ? (int)r->err : deflt;
 	}
 	return 0;
+}
+
+// Waits where a block=PATH rule for call says to (see the header). Takes
+// and releases g.mu itself: the call waits holding no lock, so the rest of
+// the library (a poller, the other side of a test) runs meanwhile.
+static void maybe_block(const char *call, const char *dev) {
+	char path[256] = "";
+	pthread_mutex_lock(&g.mu);
+	struct rule rules[32];
+	int n = parse_rules(rules, 32);
+	for (int i = 0; i < n; i++) {
+		struct rule *r = &rules[i];
+		if (!r->block[0] || strcmp(r->call, call) != 0) continue;
+		if (r->dev[0] && (!dev || strcmp(r->dev, dev) != 0)) continue;
+		int hit = ++g.rule_hits[i];
+		if (r->nth && hit != r->nth) continue;
+		snprintf(path, sizeof path, "%s", r->block);
+		break;
+	}
+	pthread_mutex_unlock(&g.mu);
+	if (!path[0]) return;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) return;
+	char b;
+	while (read(fd, &b, 1) < 0 && errno == EINTR) {
+	}
+	close(fd);
+}
+
+// Whether the WR about to run stays on the NIC (qp:hold_after). g.mu held.
+static int hold_rule(const char *dev) {
+	struct rule rules[32];
+	int n = parse_rules(rules, 32);
+	for (int i = 0; i < n; i++) {
+		struct rule *r = &rules[i];
+		if (r->hold_after < 0 || strcmp(r->call, "qp") != 0 || (long)g.executed < r->hold_after) continue;
+		if (r->dev[0] && strcmp(r->dev, dev) != 0) continue;
+		return 1;
+	}
+	return 0;
+}
+
+// Appends a completion to cq; retire is how many WRs of its QP it retires.
+// A full CQ overruns (ibv_poll_cq fails from then on). g.mu held.
+static void push_wc(struct fake_cq *cq, tv_qp *qp, uint64_t wr_id, int opcode, int status, uint32_t bytes,
+		    uint32_t retire) {
+	if (cq->count == cq->cap) {
+		cq->overrun = 1;
+		return;
+	}
+	int tail = (cq->head + cq->count) % cq->cap;
+	tv_wc *c = &cq->ring[tail];
+	memset(c, 0, sizeof *c);
+	c->wr_id = wr_id;
+	c->status = status;
+	c->opcode = opcode == TV_WR_RDMA_WRITE ? TV_WC_RDMA_WRITE : TV_WC_RDMA_READ;
+	c->byte_len = status == TV_WC_SUCCESS && opcode == TV_WR_RDMA_READ ? bytes : 0;
+	c->qp_num = qp->qp_num;
+	cq->retire[tail] = retire;
+	cq->count++;
+}
+
+// Flushes the WRs held on q's NIC: each completes with
+// IBV_WC_WR_FLUSH_ERR, in the order posted. Called as q enters ERR. g.mu
+// held.
+static void flush_held(struct fake_qp *q) {
+	for (int i = 0; i < q->nheld; i++) {
+		push_wc((struct fake_cq *)q->base.send_cq, &q->base, q->held[i].wr_id, q->held[i].opcode,
+			TV_WC_WR_FLUSH_ERR, 0, q->unretired + 1);
+		q->unretired = 0;
+	}
+	q->nheld = 0;
 }
 
 // Data-path rules for the WR about to execute (the g.executed+1-th). Sets
@@ -667,6 +757,7 @@ static int fake_poll_cq(tv_cq *cq, int n, tv_wc *wc) {
 #define FAIL_VALUE NULL
 
 tv_qp *ibv_create_qp(tv_pd *pd, tv_qp_init_attr *attr) {
+	maybe_block("ibv_create_qp", dev_name(pd->context));
 	pthread_mutex_lock(&g.mu);
 	FAIL_IF("ibv_create_qp", dev_name(pd->context), NULL, ENOMEM);
 	tv_qp_cap *cap = &attr->cap;
@@ -740,6 +831,7 @@ static const char *state_name(int s) {
 
 // Sets the QP's state here and in the shared table. g.mu held.
 static void set_state(struct fake_qp *q, int state) {
+	if (state == TV_QPS_ERR && q->base.state != TV_QPS_ERR) flush_held(q);
 	q->base.state = state;
 	lock_tables();
 	g.tab->qps[q->slot].state = state;
@@ -783,8 +875,9 @@ int ibv_modify_qp(tv_qp *qp, tv_qp_attr *attr, int mask) {
 	if (next == TV_QPS_RESET) s->dest_qpn = 0, s->access = 0;
 	s->state = next;
 	unlock_tables();
+	if (next == TV_QPS_ERR && cur != TV_QPS_ERR) flush_held(q);
 	qp->state = next;
-	if (next == TV_QPS_RESET) q->outstanding = q->unretired = 0;
+	if (next == TV_QPS_RESET) q->outstanding = q->unretired = q->nheld = 0;
 	pthread_mutex_unlock(&g.mu);
 	return 0;
 }
@@ -806,6 +899,7 @@ int ibv_destroy_qp(tv_qp *qp) {
 	((struct fake_cq *)qp->recv_cq)->users--;
 	pthread_mutex_destroy(&q->base.mutex);
 	pthread_cond_destroy(&q->base.cond);
+	free(q->held);
 	free(q);
 	g.qp_count--;
 	pthread_mutex_unlock(&g.mu);
@@ -893,6 +987,23 @@ static int fake_post_send(tv_qp *qp, tv_send_wr *wr, tv_send_wr **bad) {
 		}
 		int status = TV_WC_SUCCESS, to_error = 0;
 		uint32_t bytes = 0;
+		// In order: nothing runs past a held WR.
+		if (qp->state == TV_QPS_RTS && (q->nheld > 0 || hold_rule(dev))) {
+			if (q->nheld == q->held_cap) {
+				int cap = q->held_cap ? 2 * q->held_cap : 64;
+				struct held_wr *h = realloc(q->held, (size_t)cap * sizeof *h);
+				if (h == NULL) {
+					*bad = wr;
+					pthread_mutex_unlock(&g.mu);
+					return ENOMEM;
+				}
+				q->held = h;
+				q->held_cap = cap;
+			}
+			q->held[q->nheld++] = (struct held_wr){wr->wr_id, wr->opcode};
+			q->outstanding++;
+			continue;
+		}
 		if (qp->state == TV_QPS_RTS) data_path_rules(dev, &status, &to_error);
 		if (to_error) set_state(q, TV_QPS_ERR);
 		if (qp->state == TV_QPS_ERR) {
@@ -910,21 +1021,8 @@ static int fake_post_send(tv_qp *qp, tv_send_wr *wr, tv_send_wr **bad) {
 		if (status != TV_WC_SUCCESS && qp->state != TV_QPS_ERR) set_state(q, TV_QPS_ERR);
 		// Errors always complete; successes only when signalled.
 		if (status == TV_WC_SUCCESS && !(wr->send_flags & TV_SEND_SIGNALED)) continue;
-		if (cq->count == cq->cap) {
-			cq->overrun = 1;
-			continue;
-		}
-		int tail = (cq->head + cq->count) % cq->cap;
-		tv_wc *c = &cq->ring[tail];
-		memset(c, 0, sizeof *c);
-		c->wr_id = wr->wr_id;
-		c->status = status;
-		c->opcode = wr->opcode == TV_WR_RDMA_WRITE ? TV_WC_RDMA_WRITE : TV_WC_RDMA_READ;
-		c->byte_len = status == TV_WC_SUCCESS && wr->opcode == TV_WR_RDMA_READ ? bytes : 0;
-		c->qp_num = qp->qp_num;
-		cq->retire[tail] = q->unretired;
+		push_wc(cq, qp, wr->wr_id, wr->opcode, status, bytes, q->unretired);
 		q->unretired = 0;
-		cq->count++;
 	}
 	pthread_mutex_unlock(&g.mu);
 	return 0;
