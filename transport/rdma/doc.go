@@ -21,8 +21,10 @@
 //   - data: Submit chains small requests into one post per queue pair and
 //     splits large ones across the queue pairs of the NICs of the memory's
 //     affinity; pollers (one per NIC) complete requests; a queue pair that
-//     fails is moved to the error state, its requests fail, and it is
-//     rebuilt on next use.
+//     fails is moved to the error state, its requests fail (core retries
+//     them once on the next transport), and it is rebuilt, with a new queue
+//     pair number exchanged over a new connect connection, on next use;
+//     work submitted during the rebuild waits for it.
 //
 // See docs/RDMA.md for the design and for what has been tested (the fake
 // libibverbs in package fakeverbs; no real NIC).
