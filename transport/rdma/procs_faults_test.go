@@ -5,9 +5,9 @@ import (
 	"crypto/rand"
 	"os"
 	"path/filepath"
-	"syscall"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
