@@ -802,6 +802,8 @@ def _request_array(requests: Any, views: _RequestViews) -> Tuple[Any, int, Any]:
         n = len(requests)
         if n == 0:
             raise InvalidArgument("no requests")
+        if n > _lib.MAX_BATCH:  # before allocating for them
+            raise InvalidArgument(f"{n} requests: at most {_lib.MAX_BATCH} in one transfer")
         arr = (_lib.Request * n)()
         for i, r in enumerate(requests):
             if isinstance(r, _lib.Request):

@@ -85,6 +85,8 @@ CONSTANTS: Dict[str, int] = {k: v for k, v in dict(globals()).items() if k.start
 
 # Limits documented in tent.h.
 MAX_NOTIFY_LEN = 65536
+# The most requests of one transfer, or regions of one batch call (tent.h).
+MAX_BATCH = 1 << 24
 # tent_engine_options.timeout_ms 0: the default request deadline (tent.h).
 DEFAULT_TIMEOUT_MS = 30000
 
