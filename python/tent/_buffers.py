@@ -162,6 +162,7 @@ class _DLManagedTensorVersioned(ctypes.Structure):
 
 
 _DLPACK_FLAG_READ_ONLY = 1
+_MAX_DLPACK_NDIM = 64
 _kDLCPU, _kDLCUDA, _kDLCUDAHost, _kDLCUDAManaged = 1, 2, 3, 13
 
 _capsule_is_valid = ctypes.pythonapi.PyCapsule_IsValid
@@ -252,6 +253,14 @@ def _from_dlpack(obj: Any) -> Buffer:
     deleter = managed.deleter if managed.deleter else None
     owner = DLPackOwner(ptr, deleter)
     t = managed.dl_tensor
+    # ndim is the producer's word, and says how far to read its shape and
+    # strides arrays: bounded (numpy's own limit) before they are read.
+    if not 0 <= t.ndim <= _MAX_DLPACK_NDIM:
+        owner.release()
+        raise InvalidArgument(f"the DLPack tensor has {t.ndim} dimensions: want 0..{_MAX_DLPACK_NDIM}")
+    if t.ndim and not t.shape:
+        owner.release()
+        raise InvalidArgument(f"the DLPack tensor has {t.ndim} dimensions but no shape")
     shape = [t.shape[i] for i in range(t.ndim)]
     itemsize = (t.dtype.bits * t.dtype.lanes + 7) // 8
     strides = None if not t.strides else [t.strides[i] * itemsize for i in range(t.ndim)]

@@ -185,3 +185,74 @@ def test_a_request_list_that_lies_about_its_length(engine, self_segment):
     with engine.register(np.zeros(8192, np.uint8)) as r:
         with pytest.raises(tent.InvalidArgument, match="at most"):
             engine.transfer(Huge([("write", r, self_segment, r.addr + 4096, 16)]))
+
+
+_DLPACK_PRODUCER = '''
+import ctypes
+import numpy as np
+from tent import _buffers as B
+
+_new = ctypes.pythonapi.PyCapsule_New
+_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_new.restype = ctypes.py_object
+_keep = []
+deleted = []
+
+@B._DLDeleter
+def _deleter(ptr):
+    deleted.append(ptr)
+
+class Producer:
+    """A DLPack producer whose tensor says what the test wants."""
+    def __init__(self, mem, ndim, shape, bits=8):
+        m = B._DLManagedTensor()
+        m.dl_tensor.data = mem.ctypes.data
+        m.dl_tensor.device = B._DLDevice(1, 0)
+        m.dl_tensor.ndim = ndim
+        m.dl_tensor.dtype = B._DLDataType(1, bits, 1)
+        if shape is not None:
+            sh = (ctypes.c_int64 * len(shape))(*shape)
+            _keep.append(sh)
+            m.dl_tensor.shape = ctypes.cast(sh, ctypes.POINTER(ctypes.c_int64))
+        m.deleter = _deleter
+        _keep.append(m)
+        self.capsule = _new(ctypes.addressof(m), b"dltensor", None)
+    def __dlpack__(self, **kw):
+        return self.capsule
+'''
+
+
+def test_lying_dlpack_tensor_is_a_value_error(engine):
+    ns = {}
+    exec(_DLPACK_PRODUCER, ns)
+    mem = np.zeros(4096, np.uint8)
+    for ndim, shape in ((-1, [4096]), (65, [4096]), (1, None), (1, [-4096])):
+        before = len(ns["deleted"])
+        with pytest.raises(tent.InvalidArgument):
+            engine.register(ns["Producer"](mem, ndim, shape))
+        import gc
+
+        gc.collect()
+        assert len(ns["deleted"]) == before + 1, "the producer's deleter was not called"
+    with engine.register(ns["Producer"](mem, 1, [4096])) as r:
+        assert r.size == 4096
+
+
+def test_dlpack_ndim_far_past_its_shape_does_not_crash():
+    # A producer claiming 2**30 dimensions with a one-entry shape array:
+    # read as such, the shape runs into unmapped memory.
+    code = _DLPACK_PRODUCER + textwrap.dedent(
+        """
+        import tent
+        e = tent.Engine(transports="local")
+        mem = np.zeros(4096, np.uint8)
+        try:
+            e.register(Producer(mem, 1 << 30, [4096]))
+        except tent.InvalidArgument as exc:
+            print("refused:", exc)
+        e.close()
+        """
+    )
+    p = run_python(code)
+    assert p.returncode == 0, (p.returncode, p.stderr)
+    assert "refused:" in p.stdout and "dimensions" in p.stdout
