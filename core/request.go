@@ -57,6 +57,20 @@ type Canceler interface {
 	Cancel(reqs []*Request)
 }
 
+// Helper is implemented by movers that can put a waiting caller's
+// goroutine to work: a transport that reads replies from a socket can let
+// the caller read its own reply, instead of a goroutine that reads it and
+// then wakes the caller (two wake-ups where one does).
+type Helper interface {
+	// Help is called by a goroutine about to wait, with no limit but
+	// the batch's deadline, for done (the batch's Done) to close; r is a
+	// request of that batch the mover was given. Help may return at any
+	// time (the caller then waits as usual), and must return soon after
+	// done closes, and when the mover is uninstalled. It is called
+	// outside the mover's gate, so also after Uninstall.
+	Help(r *Request, done <-chan struct{})
+}
+
 // Request is one request in flight. Movers read its exported fields and
 // report with Done.
 type Request struct {
@@ -233,6 +247,9 @@ func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
 		return c, err
 	default:
 	}
+	if timeout < 0 {
+		b.help()
+	}
 	if timeout < 0 && len(b.notify) == 0 {
 		// The batch's own deadline timer finishes every request by the
 		// deadline, which closes done: no second timer per wait.
@@ -256,6 +273,33 @@ func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
 		return status.Timeout, status.Errorf(status.Timeout, "batch still running after %v", timeout)
 	}
 	return c, err
+}
+
+// help lends the waiting goroutine to the mover of the first request
+// still held, if that mover can use it (Helper). A panic in Help is the
+// mover's bug: the caller then simply waits.
+func (b *Batch) help() {
+	for i := range b.reqs {
+		r := &b.reqs[i]
+		if r.settled.Load() {
+			continue
+		}
+		if m := r.mover.Load(); m != nil {
+			if h, ok := m.t.(Helper); ok {
+				b.helpWith(m, h, r)
+			}
+		}
+		return
+	}
+}
+
+func (b *Batch) helpWith(m *installed, h Helper, r *Request) {
+	defer func() {
+		if p := recover(); p != nil {
+			b.e.log.Error("transport panicked in Help; waiting without it", "transport", m.t.Name(), "panic", p)
+		}
+	}()
+	h.Help(r, b.done)
 }
 
 // finish gives r its final visible status and error, once: whoever wins

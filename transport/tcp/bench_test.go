@@ -41,7 +41,7 @@ func BenchmarkTransfer(b *testing.B) {
 	peer := peertest.Start(b, peertest.Config{Transports: []string{"tcp"},
 		Buffers: []peertest.Buffer{{Size: uint64(bufSize), Perm: rw}}})
 	streams, _ := strconv.Atoi(os.Getenv("TENT_BENCH_STREAMS")) // 0: the default
-	e, _ := newEngineWith(b, core.Options{}, tcp.Options{Streams: streams})
+	e, tr := newEngineWith(b, core.Options{}, tcp.Options{Streams: streams})
 	local := register(b, e, bufSize, 0)
 	random(local)
 	seg, err := e.OpenSegment(peer.Name)
@@ -57,7 +57,12 @@ func BenchmarkTransfer(b *testing.B) {
 		}
 	}
 	b.Run("write/4KiB/batch1", func(b *testing.B) {
+		defer reportCallerReads(b, tr)()
 		benchBatches(b, e, seg, peer.PID, core.OpWrite, host.Addr(local), remote, span, 4<<10, 1)
+	})
+	b.Run("read/4KiB/batch1", func(b *testing.B) {
+		defer reportCallerReads(b, tr)()
+		benchBatches(b, e, seg, peer.PID, core.OpRead, host.Addr(local), remote, span, 4<<10, 1)
 	})
 	// A C caller's goroutine is locked to its thread (a cgo callback):
 	// its wake-up is a thread's, not a goroutine's.
@@ -71,6 +76,20 @@ func BenchmarkTransfer(b *testing.B) {
 		b.Run(name+"/64KiB/threads2", func(b *testing.B) {
 			benchThreads(b, e, seg, peer.PID, op, host.Addr(local), remote, span, 64<<10, 128, 2)
 		})
+	}
+}
+
+// reportCallerReads reports, when the returned function runs, the share
+// of replies that the waiting caller read itself (Transport.Help) rather
+// than the connection's reader goroutine.
+func reportCallerReads(b *testing.B, tr *tcp.Transport) func() {
+	c0, r0, k0 := tr.Stats()["replies_by_caller"], tr.Stats()["replies_by_reader"], tr.Stats()["read_side_kicks"]
+	return func() {
+		c, r, k := tr.Stats()["replies_by_caller"]-c0, tr.Stats()["replies_by_reader"]-r0, tr.Stats()["read_side_kicks"]-k0
+		if c+r > 0 {
+			b.ReportMetric(100*float64(c)/float64(c+r), "caller-read-%")
+			b.ReportMetric(100*float64(k)/float64(c+r), "kicks-%")
+		}
 	}
 }
 
@@ -145,8 +164,7 @@ func benchBatches(b *testing.B, e *core.Engine, seg *core.Segment, peerPID int, 
 		if err != nil {
 			b.Fatal(err)
 		}
-		<-bt.Done()
-		if code, err := bt.Wait(0); code != status.OK {
+		if code, err := bt.Wait(-1); code != status.OK {
 			b.Fatal(err)
 		}
 		e.ReleaseBatch(bt)

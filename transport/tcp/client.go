@@ -53,6 +53,15 @@ type conn struct {
 	lastUsed time.Time             // when a chunk was last queued or answered
 	reading  atomic.Pointer[chunk] // the reader's chunk in hand, if any
 
+	// The read side (readside.go): the reader goroutine or a waiting
+	// caller reads the replies, one at a time, through rd.
+	rd         *bufReader // set with nc; used only by the holder of the read side
+	reader     readerKind // who holds the read side
+	atBoundary bool       // its holder waits for the next reply's header
+	callers    int        // callers waiting for the reader goroutine to let go
+	kicked     bool       // the read deadline was set in the past to free the read side
+	rdCond     sync.Cond  // signals changes of reader
+
 	// Owned by whoever holds writing.
 	iov     iovec
 	group   []*chunk
@@ -62,6 +71,7 @@ type conn struct {
 func newConn(t *Transport, p *pool, slot int) *conn {
 	c := &conn{t: t, pool: p, slot: slot}
 	c.wake.L = &c.mu
+	c.rdCond.L = &c.mu
 	t.conns.Add(1)
 	return c
 }
@@ -215,8 +225,18 @@ func (c *conn) lowerDeadlineLocked(d time.Time) {
 	}
 	c.deadline = d
 	if c.nc != nil {
-		_ = c.nc.SetDeadline(d)
+		c.setDeadlineLocked(d)
 	}
+}
+
+// setDeadlineLocked sets the socket's deadline; a kicked read side keeps
+// its read deadline in the past until its holder has seen it.
+func (c *conn) setDeadlineLocked(d time.Time) {
+	if c.kicked {
+		_ = c.nc.SetWriteDeadline(d)
+		return
+	}
+	_ = c.nc.SetDeadline(d)
 }
 
 // stillOnTime is called when a socket operation timed out. The deadline
@@ -253,7 +273,7 @@ func (c *conn) stillOnTime() bool {
 		return false
 	}
 	c.deadline = earliest
-	_ = c.nc.SetDeadline(earliest)
+	c.setDeadlineLocked(earliest)
 	return true
 }
 
@@ -271,6 +291,7 @@ func (c *conn) fail(err error) {
 	c.sent.drain(func(ch *chunk) { held = append(held, ch) })
 	nc := c.nc
 	c.wake.Broadcast()
+	c.rdCond.Broadcast()
 	c.mu.Unlock()
 	if nc != nil {
 		nc.Close()
@@ -312,6 +333,7 @@ func (c *conn) closeIfIdle(before time.Time) bool {
 	c.dead, c.err = true, errIdle
 	nc := c.nc
 	c.wake.Broadcast()
+	c.rdCond.Broadcast()
 	c.mu.Unlock()
 	if nc != nil {
 		nc.Close() // the reader sees the error and leaves: the connection is already dead
@@ -394,17 +416,25 @@ func (c *conn) writeLoop() {
 		c.fail(err)
 		return
 	}
+	buf, free, err := c.t.recvBuffer()
+	if err != nil {
+		nc.Close()
+		c.fail(err)
+		return
+	}
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
 		nc.Close()
+		free()
 		return
 	}
 	c.nc = nc
+	c.rd = c.newReplyReader(nc, buf)
 	_ = nc.SetDeadline(c.deadline)
 	c.mu.Unlock()
 	c.t.log.Debug("tcp connection up", "addr", c.pool.key.addr, "slot", c.slot, "peer", c.pool.name)
-	c.t.goroutine(func() { c.readLoop(nc) })
+	c.t.goroutine(func() { c.readLoop(free) })
 
 	for {
 		c.mu.Lock()
@@ -519,87 +549,103 @@ func consume(b *net.Buffers, n int) {
 	}
 }
 
-func (c *conn) readLoop(nc net.Conn) {
-	buf, free, err := c.t.recvBuffer()
-	if err != nil {
-		c.fail(err)
-		return
-	}
-	defer free()
+// newReplyReader reads the replies of nc through buf.
+func (c *conn) newReplyReader(nc net.Conn, buf []byte) *bufReader {
 	rd := newBufReader(&clientSource{c: c, nc: nc}, replyHeaderSize, buf)
 	if sc, ok := nc.(syscall.Conn); ok {
 		rd.raw, _ = sc.SyscallConn()
 		rd.count = &c.t.received
-		rd.onTimeout = c.stillOnTime
+		rd.onTimeout = c.payloadTimedOut
 	}
-	for {
-		b, err := rd.next(replyHeaderSize)
-		if err != nil {
-			c.fail(ioError("read from "+c.pool.key.addr, err))
-			return
-		}
-		h, err := parseReplyHeader(b)
-		if err != nil {
-			c.t.protoErrs.Add(1)
-			c.fail(err)
-			return
-		}
-		c.mu.Lock()
-		ch := c.sent.peek()
-		if ch == nil || ch.id != h.id || ch.s.op != h.op || (h.code == status.OK && h.op == opRead && h.n != ch.n) {
-			c.mu.Unlock()
-			c.t.protoErrs.Add(1)
-			c.fail(status.Errorf(status.Protocol, "tcp: %s sent a reply (id %d, op %d, %d bytes) that does not match the oldest request",
-				c.pool.key.addr, h.id, h.op, h.n))
-			return
-		}
-		c.sent.pop()
-		c.reading.Store(ch)
-		c.lastUsed = time.Now()
-		c.mu.Unlock()
-		if h.flags&replyStaged != 0 {
-			ch.s.markStaged()
-		}
-		rd.expect(int(h.n))
+	return rd
+}
 
-		var rerr error
-		if h.msgLen > 0 {
-			msg, err := rd.next(int(h.msgLen))
-			if err != nil {
-				err = c.cause(ioError("read from "+c.pool.key.addr, err))
-				ch.s.chunkDone(chunkErr(ch, err), false)
-				c.fail(err)
-				return
-			}
-			rerr = status.Errorf(h.code, "tcp: %s refused: %s", c.pool.key.addr, msg)
-		} else if h.code != status.OK {
-			rerr = status.Errorf(h.code, "tcp: %s refused the request", c.pool.key.addr)
-		}
-		if h.n > 0 {
-			var err error
-			busy := ch.s.enter()
-			if busy {
-				err = rd.readInto(host.Bytes(ch.s.local+ch.off, uint64(ch.n)))
-			} else {
-				err = rd.discard(int(ch.n)) // canceled: its memory may be gone
-			}
-			if err != nil {
-				err = c.cause(ioError("read from "+c.pool.key.addr, err))
-				ch.s.chunkDone(chunkErr(ch, err), busy)
-				c.fail(err)
-				return
-			}
-			ch.s.chunkDone(nil, busy)
-		} else {
-			ch.s.chunkDone(rerr, false)
-		}
-		c.reading.Store(nil)
-		if rd.buffered() == 0 && c.idle() {
-			// Nothing more is due: let the caller this reply woke run
-			// now, before the read that will only find the socket empty.
-			runtime.Gosched()
-		}
+// readReply reads one reply and completes its chunk; the caller holds
+// the read side and has set atBoundary. byCaller: a waiting caller reads
+// (else the reader goroutine). It returns errYield when the read side was
+// asked for before the reply's header arrived (nothing is lost: what came
+// of the header stays in rd), and any other error after failing the
+// connection with it.
+func (c *conn) readReply(byCaller bool) error {
+	rd := c.rd
+	b, err := rd.next(replyHeaderSize)
+	if err == errYield {
+		return err
 	}
+	if err != nil {
+		err = c.cause(ioError("read from "+c.pool.key.addr, err))
+		c.fail(err)
+		return err
+	}
+	h, err := parseReplyHeader(b)
+	if err != nil {
+		c.t.protoErrs.Add(1)
+		c.fail(err)
+		return err
+	}
+	c.mu.Lock()
+	c.atBoundary = false
+	ch := c.sent.peek()
+	if ch == nil || ch.id != h.id || ch.s.op != h.op || (h.code == status.OK && h.op == opRead && h.n != ch.n) {
+		c.mu.Unlock()
+		c.t.protoErrs.Add(1)
+		err := status.Errorf(status.Protocol, "tcp: %s sent a reply (id %d, op %d, %d bytes) that does not match the oldest request",
+			c.pool.key.addr, h.id, h.op, h.n)
+		c.fail(err)
+		return err
+	}
+	c.sent.pop()
+	c.reading.Store(ch)
+	c.lastUsed = time.Now()
+	c.mu.Unlock()
+	if byCaller {
+		c.t.repliesByCaller.Add(1)
+	} else {
+		c.t.repliesByReader.Add(1)
+	}
+	if h.flags&replyStaged != 0 {
+		ch.s.markStaged()
+	}
+	rd.expect(int(h.n))
+
+	var rerr error
+	if h.msgLen > 0 {
+		msg, err := rd.next(int(h.msgLen))
+		if err != nil {
+			err = c.cause(ioError("read from "+c.pool.key.addr, err))
+			ch.s.chunkDone(chunkErr(ch, err), false)
+			c.fail(err)
+			return err
+		}
+		rerr = status.Errorf(h.code, "tcp: %s refused: %s", c.pool.key.addr, msg)
+	} else if h.code != status.OK {
+		rerr = status.Errorf(h.code, "tcp: %s refused the request", c.pool.key.addr)
+	}
+	if h.n > 0 {
+		var err error
+		busy := ch.s.enter()
+		if busy {
+			err = rd.readInto(host.Bytes(ch.s.local+ch.off, uint64(ch.n)))
+		} else {
+			err = rd.discard(int(ch.n)) // canceled: its memory may be gone
+		}
+		if err != nil {
+			err = c.cause(ioError("read from "+c.pool.key.addr, err))
+			ch.s.chunkDone(chunkErr(ch, err), busy)
+			c.fail(err)
+			return err
+		}
+		ch.s.chunkDone(nil, busy)
+	} else {
+		ch.s.chunkDone(rerr, false)
+	}
+	c.reading.Store(nil)
+	if !byCaller && rd.buffered() == 0 && c.idle() {
+		// Nothing more is due: let the caller this reply woke run
+		// now, before the read that will only find the socket empty.
+		runtime.Gosched()
+	}
+	return nil
 }
 
 // idle reports whether no chunk awaits its reply.
@@ -623,8 +669,13 @@ func (s *clientSource) Read(p []byte) (int, error) {
 			s.c.t.received.Add(int64(n))
 			return n, nil
 		}
-		if err != nil && isTimeout(err) && s.c.stillOnTime() {
-			continue
+		if err != nil && isTimeout(err) {
+			switch s.c.readTimedOut() {
+			case readRetry:
+				continue
+			case readYield:
+				return 0, errYield
+			}
 		}
 		return n, err
 	}

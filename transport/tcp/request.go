@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tent-dev/tent/core"
@@ -35,6 +36,7 @@ type reqState struct {
 	remote   uint64
 	n        uint64
 	deadline time.Time
+	conn     atomic.Pointer[conn] // the connection of its (last) chunk, for Help and Cancel
 
 	mu        sync.Mutex
 	staged    bool // the data went through host memory, here or at the target

@@ -66,6 +66,10 @@ type Transport struct {
 	writerW    atomic.Int64 // groups written by a connection's writer goroutine
 	handedOff  atomic.Int64 // inline groups the socket did not take at once, finished by the writer
 
+	repliesByReader atomic.Int64 // replies read by a connection's reader goroutine
+	repliesByCaller atomic.Int64 // replies read by a caller waiting for its batch (Help)
+	readKicks       atomic.Int64 // callers that took the read side from the reader goroutine at a reply boundary
+
 	// wrapConn, when set (by the tests, before the first dial), wraps
 	// each data connection this transport dials: fault injection.
 	wrapConn func(net.Conn) net.Conn
@@ -255,6 +259,25 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 	t.canceled.Add(int64(len(states)))
 	for _, s := range states {
 		s.kill(errCanceled)
+		if c := s.conn.Load(); c != nil {
+			c.kickCaller() // a caller reading for this batch looks up
+		}
+	}
+}
+
+// Help lets the goroutine waiting for r's batch read the replies of r's
+// connection itself, if no other goroutine is inside a reply there, until
+// done closes or nothing more is due: the reply then wakes no reader
+// goroutine that would wake the caller (see conn.help).
+func (t *Transport) Help(r *core.Request, done <-chan struct{}) {
+	t.reqMu.Lock()
+	s := t.reqs[r]
+	t.reqMu.Unlock()
+	if s == nil {
+		return
+	}
+	if c := s.conn.Load(); c != nil {
+		c.help(done)
 	}
 }
 
@@ -348,6 +371,9 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 			// A connection that died since connLocked looked is replaced.
 			for len(cs) > 0 {
 				c := t.connLocked(p, i)
+				for _, ch := range cs {
+					ch.s.conn.Store(c) // for Help and Cancel
+				}
 				ok, now := c.enqueue(cs)
 				if now {
 					inline = append(inline, c)
@@ -513,6 +539,9 @@ func (t *Transport) Stats() map[string]int64 {
 		"writes_inline":      t.inlineW.Load(),
 		"writes_by_writer":   t.writerW.Load(),
 		"writes_handed_off":  t.handedOff.Load(),
+		"replies_by_reader":  t.repliesByReader.Load(),
+		"replies_by_caller":  t.repliesByCaller.Load(),
+		"read_side_kicks":    t.readKicks.Load(),
 	}
 }
 
