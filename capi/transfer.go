@@ -219,8 +219,9 @@ func transferOptions(a uintptr) (core.TransferOptions, error) {
 
 // submit turns C requests into a core batch. It reads the requests in
 // chunks and validates each as it goes, so a bad n fails before much is
-// read or allocated.
-func submit(e *engine, requests uintptr, n C.size_t, opts uintptr) (*core.Batch, error) {
+// read or allocated. waiting: the caller waits for the batch at once
+// (core.TransferOptions.Waiting).
+func submit(e *engine, requests uintptr, n C.size_t, opts uintptr, waiting bool) (*core.Batch, error) {
 	switch {
 	case n == 0:
 		return nil, status.Errorf(status.InvalidArgument, "n is 0: a transfer has at least one request")
@@ -233,6 +234,7 @@ func submit(e *engine, requests uintptr, n C.size_t, opts uintptr) (*core.Batch,
 	if err != nil {
 		return nil, err
 	}
+	o.Waiting = waiting
 	// Capacity from n only up to a chunk's worth: n is the caller's claim.
 	reqs := make([]core.TransferRequest, 0, min(uint64(n), 4096))
 	var lastID uintptr
@@ -299,7 +301,7 @@ func startTransfer(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintp
 	if err := requireOut(uintptr(out), 8, "batch_out"); err != nil {
 		return nil, err
 	}
-	b, err := submit(e, uintptr(requests), n, uintptr(opts))
+	b, err := submit(e, uintptr(requests), n, uintptr(opts), false)
 	if err != nil {
 		return nil, err
 	}
@@ -446,11 +448,11 @@ func tentgo_transfer_sync(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts 
 			return fail(err)
 		}
 	}
-	b, err := submit(e, uintptr(requests), n, uintptr(opts))
+	b, err := submit(e, uintptr(requests), n, uintptr(opts), true)
 	if err != nil {
 		return fail(err)
 	}
-	code, werr := b.Wait(-1)
+	code, werr := b.Wait(-1) // at once: the Waiting promise
 	var cerr error
 	if out != 0 {
 		_, _, cerr = copyStatuses(b, uintptr(out), n, 0)

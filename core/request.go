@@ -38,6 +38,11 @@ type TransferOptions struct {
 	Timeout   time.Duration // 0 = the engine's default
 	Notify    []byte        // delivered to each target after the data
 	Transport string        // "" = choose per request
+	// Waiting promises that the submitting goroutine waits for the batch
+	// (Wait with a negative timeout) as soon as Submit returns, as a
+	// blocking transfer does: movers that can (Helper) then leave the
+	// replies of its requests for that goroutine to read.
+	Waiting bool
 }
 
 // Mover is a transport that moves data. Submit returns at once; the mover
@@ -89,6 +94,9 @@ type Request struct {
 	mover    atomic.Pointer[installed]
 	attempts atomic.Int32
 	pinned   bool // the caller named the transport: no retry elsewhere
+	// callerWaits: this attempt was handed to its mover on the submitting
+	// goroutine of a Waiting batch, which will call Help next.
+	callerWaits atomic.Bool
 
 	status    atomic.Int32
 	transport atomic.Uint32
@@ -96,6 +104,13 @@ type Request struct {
 	flags     atomic.Uint32
 	settled   atomic.Bool
 }
+
+// CallerWaits reports, to a mover in Submit, that the goroutine
+// submitting r waits for its batch right after Submit returns and calls
+// the mover's Help (if it is a Helper) with it: the mover may leave the
+// work of completing r to that goroutine. A mover that relies on it must
+// still complete r, if Help never comes, by some bounded time.
+func (r *Request) CallerWaits() bool { return r.callerWaits.Load() }
 
 // Index is the request's position in its batch.
 func (r *Request) Index() int { return r.index }
@@ -114,6 +129,7 @@ func (r *Request) Done(n uint64, err error) {
 				"from", r.mover.Load().t.Name(), "to", next.t.Name(), "reason", err)
 			r.attempts.Add(1)
 			r.flags.Or(FlagRetried)
+			r.callerWaits.Store(false) // retried off the caller's goroutine
 			r.batch.e.dispatch(next, []*Request{r})
 			return
 		}

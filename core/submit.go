@@ -90,6 +90,11 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		// Never a network round trip on the caller's thread: without a
 		// usable cached descriptor, routing continues on a goroutine.
 		if d := p.cached(); d != nil {
+			if o.Waiting {
+				for _, r := range rs {
+					r.callerWaits.Store(true)
+				}
+			}
 			e.routeWith(p, rs, hint, d, false)
 		} else {
 			go e.route(p, rs, hint, true)
@@ -140,6 +145,9 @@ func (e *Engine) checkRequest(tr *TransferRequest) error {
 // route checks each request against the peer's descriptor, picks a mover
 // and hands the requests over.
 func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
+	for _, r := range rs {
+		r.callerWaits.Store(false) // routed off the caller's goroutine
+	}
 	desc, err := p.descriptor(refresh, rs[0].Deadline)
 	if err != nil {
 		for _, r := range rs {

@@ -118,7 +118,7 @@ func benchThreads(b *testing.B, e *core.Engine, seg *core.Segment, peerPID int, 
 			defer wg.Done()
 			for i := 0; i < n; i++ {
 				t0 := time.Now()
-				bt, err := e.Submit(reqs, core.TransferOptions{Timeout: time.Minute})
+				bt, err := e.Submit(reqs, core.TransferOptions{Timeout: time.Minute, Waiting: true})
 				if err != nil {
 					b.Error(err)
 					return
@@ -160,7 +160,7 @@ func benchBatches(b *testing.B, e *core.Engine, seg *core.Segment, peerPID int, 
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		t0 := time.Now()
-		bt, err := e.Submit(reqs, core.TransferOptions{Timeout: time.Minute})
+		bt, err := e.Submit(reqs, core.TransferOptions{Timeout: time.Minute, Waiting: true})
 		if err != nil {
 			b.Fatal(err)
 		}

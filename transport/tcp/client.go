@@ -60,7 +60,9 @@ type conn struct {
 	atBoundary bool       // its holder waits for the next reply's header
 	callers    int        // callers waiting for the reader goroutine to let go
 	kicked     bool       // the read deadline was set in the past to free the read side
-	rdCond     sync.Cond  // signals changes of reader
+	needReader bool       // replies are due that no caller has promised to read
+	rdCond     sync.Cond  // callers wait on it for the reader goroutine to let go
+	rdWake     chan struct{} // wakes the reader goroutine (capacity 1)
 
 	// Owned by whoever holds writing.
 	iov     iovec
@@ -69,7 +71,7 @@ type conn struct {
 }
 
 func newConn(t *Transport, p *pool, slot int) *conn {
-	c := &conn{t: t, pool: p, slot: slot}
+	c := &conn{t: t, pool: p, slot: slot, rdWake: make(chan struct{}, 1)}
 	c.wake.L = &c.mu
 	c.rdCond.L = &c.mu
 	t.conns.Add(1)
@@ -83,13 +85,15 @@ func (c *conn) isDead() bool {
 }
 
 // enqueue hands chunks to the writer; false if the connection has died.
+// helped: their callers will read the replies (Help), so the reader
+// goroutine is not woken for them.
 // When the stream is up and idle (nothing queued, nothing awaiting a
 // reply, no write in progress) and the chunks are small, the caller gets
 // the socket's write side instead: inline is then true and the caller
 // must call writeInline, after releasing any lock it holds. That saves
 // the wake-up of the writer goroutine, which is most of a small
 // request's cost on the initiator.
-func (c *conn) enqueue(cs []*chunk) (ok, inline bool) {
+func (c *conn) enqueue(cs []*chunk, helped bool) (ok, inline bool) {
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
@@ -103,6 +107,9 @@ func (c *conn) enqueue(cs []*chunk) (ok, inline bool) {
 		bytes += int(ch.n)
 	}
 	c.lastUsed = time.Now()
+	if !helped {
+		c.wantReaderLocked()
+	}
 	if !c.started {
 		// The writer dials first, by the deadline of what it carries.
 		c.started = true
@@ -292,6 +299,7 @@ func (c *conn) fail(err error) {
 	nc := c.nc
 	c.wake.Broadcast()
 	c.rdCond.Broadcast()
+	c.wakeReader()
 	c.mu.Unlock()
 	if nc != nil {
 		nc.Close()
@@ -334,6 +342,7 @@ func (c *conn) closeIfIdle(before time.Time) bool {
 	nc := c.nc
 	c.wake.Broadcast()
 	c.rdCond.Broadcast()
+	c.wakeReader()
 	c.mu.Unlock()
 	if nc != nil {
 		nc.Close() // the reader sees the error and leaves: the connection is already dead
@@ -621,9 +630,10 @@ func (c *conn) readReply(byCaller bool) error {
 	} else if h.code != status.OK {
 		rerr = status.Errorf(h.code, "tcp: %s refused the request", c.pool.key.addr)
 	}
+	busy := false
 	if h.n > 0 {
 		var err error
-		busy := ch.s.enter()
+		busy = ch.s.enter()
 		if busy {
 			err = rd.readInto(host.Bytes(ch.s.local+ch.off, uint64(ch.n)))
 		} else {
@@ -635,12 +645,17 @@ func (c *conn) readReply(byCaller bool) error {
 			c.fail(err)
 			return err
 		}
-		ch.s.chunkDone(nil, busy)
-	} else {
-		ch.s.chunkDone(rerr, false)
 	}
+	// The reply is in: whoever takes the read side from here on (it is
+	// at the next boundary) loses nothing, even before the completion
+	// below wakes a caller.
+	c.mu.Lock()
 	c.reading.Store(nil)
-	if !byCaller && rd.buffered() == 0 && c.idle() {
+	c.atBoundary = true
+	idle := c.sent.len() == 0
+	c.mu.Unlock()
+	ch.s.chunkDone(rerr, busy)
+	if !byCaller && idle && rd.buffered() == 0 {
 		// Nothing more is due: let the caller this reply woke run
 		// now, before the read that will only find the socket empty.
 		runtime.Gosched()
@@ -648,12 +663,6 @@ func (c *conn) readReply(byCaller bool) error {
 	return nil
 }
 
-// idle reports whether no chunk awaits its reply.
-func (c *conn) idle() bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.sent.len() == 0
-}
 
 // clientSource is the reader's view of the socket: it counts bytes and
 // sees through timeouts of a stale deadline.

@@ -109,3 +109,7 @@ func (t *Transport) Writing() bool {
 	}
 	return false
 }
+
+// OnCallerRead makes f run each time a waiting caller has taken a
+// connection's read side (Help); call it before the first transfer.
+func (t *Transport) OnCallerRead(f func()) { t.onCallerRead = f }

@@ -27,12 +27,14 @@ import (
 type fakePeer struct {
 	t    testing.TB
 	ln   net.Listener
-	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "late": answer at answerAt; "once": answer one WRITE, then never read, with the smallest receive buffer
+	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "late": answer at answerAt; "once": answer one WRITE, then never read, with the smallest receive buffer; "gated": answer each WRITE when answer gives a token
 	desc []byte
 	inc  uint64
 	// answerAt (unix nanoseconds) is when a "late" peer answers the WRITEs
 	// it has read; zero: at once.
 	answerAt atomic.Int64
+	// answer hands a "gated" peer one token per WRITE it may answer.
+	answer chan struct{}
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -54,7 +56,7 @@ func startFake(t testing.TB, mode string) *fakePeer {
 	ln, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	addr := ln.Addr().String()
-	f := &fakePeer{t: t, ln: ln, mode: mode, inc: 0xfa4e, done: make(chan struct{})}
+	f := &fakePeer{t: t, ln: ln, mode: mode, inc: 0xfa4e, done: make(chan struct{}), answer: make(chan struct{}, 64)}
 	d := &wire.SegmentDesc{Name: addr, MachineID: "fake", PID: 1, Incarnation: f.inc, Generation: 1,
 		Endpoints: []wire.Endpoint{{Transport: "ctl", Addr: addr}, {Transport: "tcp", Addr: addr}},
 		Regions:   []wire.RegionDesc{{Addr: fakeBase, Len: 1 << 30, Perm: wire.PermRead | wire.PermWrite, Location: "cpu"}}}
@@ -67,6 +69,15 @@ func startFake(t testing.TB, mode string) *fakePeer {
 }
 
 func (f *fakePeer) addr() string { return f.ln.Addr().String() }
+
+// closeConns closes the data and control connections accepted so far.
+func (f *fakePeer) closeConns() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range f.conns {
+		c.Close()
+	}
+}
 
 func (f *fakePeer) accept() {
 	defer f.wg.Done()
@@ -139,7 +150,7 @@ func (f *fakePeer) serve(c net.Conn) {
 			_, _ = io.ReadFull(c, make([]byte, 1000))
 			_ = c.(*net.TCPConn).SetLinger(0)
 			c.Close()
-		case "late", "once":
+		case "late", "once", "gated":
 			hdr := make([]byte, 24)
 			for answered := 0; ; answered++ {
 				if f.mode == "once" && answered == 1 {
@@ -152,6 +163,13 @@ func (f *fakePeer) serve(c net.Conn) {
 				n := binary.LittleEndian.Uint32(hdr[4:])
 				if _, err := io.CopyN(io.Discard, c, int64(n)); err != nil {
 					return
+				}
+				if f.mode == "gated" {
+					select {
+					case <-f.answer:
+					case <-f.done:
+						return
+					}
 				}
 				if at := f.answerAt.Load(); at != 0 {
 					select {

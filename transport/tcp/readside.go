@@ -37,31 +37,80 @@ var errYield = status.Errorf(status.Internal, "tcp: read side handed over")
 // kickTime is a read deadline in the past: pending reads return at once.
 var kickTime = time.Unix(1, 0)
 
-// readLoop is the connection's reader goroutine: it reads replies
-// whenever no caller does, and returns (freeing the receive buffer with
-// free) once the connection is dead and no caller reads any more.
+// watchDelay: after a caller has read the replies (and let go of the
+// read side with nothing due), the reader goroutine takes the read side
+// back after this long, to notice a connection that breaks while idle
+// without waking on every caller's reply.
+const watchDelay = time.Millisecond
+
+// readLoop is the connection's reader goroutine. It takes the read side
+// when replies are due that no caller reads (needReader), or to watch the
+// connection after watchDelay, and keeps it (blocked in the socket's read
+// between replies) until a caller asks for it. It returns, freeing the
+// receive buffer with free, once the connection is dead and no caller is
+// inside the receive buffer any more.
 func (c *conn) readLoop(free func()) {
 	defer free()
-	c.mu.Lock()
+	watch := time.NewTimer(watchDelay)
+	defer watch.Stop()
+	watched := true // a new connection is watched at once
 	for {
-		for !c.dead && (c.reader != readerNone || c.callers > 0) {
-			c.rdCond.Wait()
-		}
-		if c.dead {
-			for c.reader != readerNone { // a caller is still inside rd
-				c.rdCond.Wait()
-			}
+		c.mu.Lock()
+		if c.dead && c.reader == readerNone {
 			c.mu.Unlock()
 			return
 		}
-		c.reader, c.atBoundary = readerLoop, true
-		c.mu.Unlock()
-		_ = c.readReply(false) // a failure has made the connection dead: the loop ends above
-		c.mu.Lock()
-		c.reader, c.atBoundary = readerNone, false
-		if c.callers > 0 {
-			c.rdCond.Broadcast()
+		if !c.dead && c.reader == readerNone && c.callers == 0 && (c.needReader || watched) {
+			c.reader, c.atBoundary, c.needReader = readerLoop, true, false
+			c.mu.Unlock()
+			c.readWhileWanted()
+			watched = false
+			continue
 		}
+		c.mu.Unlock()
+		watch.Reset(watchDelay)
+		select {
+		case <-c.rdWake:
+			watched = false
+		case <-watch.C:
+			watched = true
+		}
+	}
+}
+
+// readWhileWanted reads replies while no caller asks for the read side,
+// then lets go of it; the reader goroutine holds it.
+func (c *conn) readWhileWanted() {
+	for {
+		err := c.readReply(false)
+		c.mu.Lock()
+		if err != nil || c.callers > 0 || c.dead {
+			// Failed (the connection is dead), or yielded, or asked for.
+			c.reader, c.atBoundary = readerNone, false
+			c.rdCond.Broadcast()
+			c.mu.Unlock()
+			return
+		}
+		c.atBoundary = true
+		c.mu.Unlock()
+	}
+}
+
+// wakeReader wakes the reader goroutine, if it waits; c.mu is held.
+func (c *conn) wakeReader() {
+	select {
+	case c.rdWake <- struct{}{}:
+	default:
+	}
+}
+
+// wantReaderLocked records that replies are due that no caller will read:
+// the reader goroutine takes the read side, unless someone holds it (a
+// caller then hands it over when it lets go).
+func (c *conn) wantReaderLocked() {
+	if c.reader == readerNone && !c.needReader {
+		c.needReader = true
+		c.wakeReader()
 	}
 }
 
@@ -80,6 +129,9 @@ func (c *conn) help(done <-chan struct{}) {
 	}
 	c.mu.Unlock()
 	defer c.releaseRead()
+	if c.t.onCallerRead != nil {
+		c.t.onCallerRead()
+	}
 	for {
 		select {
 		case <-done:
@@ -117,18 +169,24 @@ func (c *conn) takeReadLocked() bool {
 			c.rdCond.Wait()
 		}
 		c.callers--
-		if c.dead || c.reader != readerNone {
-			if c.callers == 0 {
-				c.rdCond.Broadcast() // the reader goroutine may take it back
+		if c.dead || c.reader != readerNone { // another caller was faster
+			if c.dead {
+				c.wakeReader() // it frees the receive buffer
 			}
 			return false
 		}
 	}
 	c.reader = readerCaller
+	if c.kicked { // the reader goroutine let go before its read saw the kick
+		c.kicked = false
+		_ = c.nc.SetReadDeadline(c.deadline)
+	}
 	return true
 }
 
-// releaseRead gives the read side back to the reader goroutine.
+// releaseRead lets go of a caller's read side: the reader goroutine is
+// woken if replies are still due (other callers' or unhelped ones), else
+// it takes the read side back by itself after watchDelay.
 func (c *conn) releaseRead() {
 	c.mu.Lock()
 	c.reader, c.atBoundary = readerNone, false
@@ -136,7 +194,11 @@ func (c *conn) releaseRead() {
 		c.kicked = false
 		_ = c.nc.SetReadDeadline(c.deadline)
 	}
-	c.rdCond.Broadcast()
+	if c.dead {
+		c.wakeReader() // it frees the receive buffer
+	} else if c.sent.len() > 0 || c.queue.len() > 0 {
+		c.wantReaderLocked()
+	}
 	c.mu.Unlock()
 }
 

@@ -73,6 +73,9 @@ type Transport struct {
 	// wrapConn, when set (by the tests, before the first dial), wraps
 	// each data connection this transport dials: fault injection.
 	wrapConn func(net.Conn) net.Conn
+	// onCallerRead, when set (by the tests, before the first transfer),
+	// runs each time a waiting caller has taken a connection's read side.
+	onCallerRead func()
 
 	reaping bool          // a reaper goroutine runs (under mu)
 	noConns chan struct{} // dropConn tells the reaper the last connection went
@@ -369,12 +372,16 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 	for _, p := range touched {
 		for i, cs := range p.spill {
 			// A connection that died since connLocked looked is replaced.
+			helped := true // every caller will read its replies (Help)
+			for _, ch := range cs {
+				helped = helped && ch.s.r != nil && ch.s.r.CallerWaits()
+			}
 			for len(cs) > 0 {
 				c := t.connLocked(p, i)
 				for _, ch := range cs {
 					ch.s.conn.Store(c) // for Help and Cancel
 				}
-				ok, now := c.enqueue(cs)
+				ok, now := c.enqueue(cs, helped)
 				if now {
 					inline = append(inline, c)
 				}
