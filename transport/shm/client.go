@@ -57,6 +57,13 @@ type conn struct {
 	dead    chan struct{}
 	users   int  // jobs between their lease request and its release
 	retired bool // replaced (peer restarted): close when users reach 0
+
+	// Standing grants (see cache.go), on their own lock: the per-batch
+	// lookup takes it, and a revoke waits on it for copies to end.
+	gmu      sync.Mutex
+	gidle    *sync.Cond // on gmu: a dead grant's last copy ended
+	grants   []*standing
+	grantIDs map[uint64]*standing
 }
 
 // mapping is a target's memfd mapped here. refs counts copies in
@@ -239,7 +246,8 @@ func (cl *client) dial(deadline time.Time) (*conn, error) {
 		return nil, err
 	}
 	c := &conn{t: t, cl: cl, c: uc, pid: pid, pending: map[uint64]*job{}, maps: map[uint64]*mapping{},
-		dead: make(chan struct{}), epoch: cl.peer.Epoch()}
+		dead: make(chan struct{}), epoch: cl.peer.Epoch(), grantIDs: map[uint64]*standing{}}
+	c.gidle = sync.NewCond(&c.gmu)
 	t.mu.Lock()
 	delete(t.dials, uc)
 	if t.closed {
@@ -291,6 +299,7 @@ func (c *conn) fail(err error) {
 		c.dropLocked(m)
 	}
 	c.mu.Unlock()
+	c.dropGrants()
 	_ = c.c.Close()
 }
 
@@ -439,11 +448,23 @@ func (c *conn) readLoop() {
 			buf = payload[:0]
 		}
 		switch typ {
-		case frameGrant:
-			if err := c.onGrant(fr, payload, &head); err != nil {
+		case frameGrant, frameGrantCached:
+			if err := c.onGrant(fr, typ, payload, &head); err != nil {
 				c.fail(err)
 				return
 			}
+		case frameRevokeGrant:
+			seq, gids, err := decodeRevokeGrant(payload, ids)
+			if err != nil {
+				c.fail(err)
+				return
+			}
+			ids = gids
+			if c.t.hooks.swallowRevokeGrant.Load() {
+				continue
+			}
+			c.revokeGrants(ids)
+			c.ackRevoke(seq)
 		case frameRevoke:
 			if ids, err = decodeRevoke(payload, ids); err != nil {
 				c.fail(err)
@@ -468,9 +489,13 @@ func (c *conn) readLoop() {
 	}
 }
 
-func (c *conn) onGrant(fr *lease.FDReader, payload []byte, h *grantHead) error {
+func (c *conn) onGrant(fr *lease.FDReader, typ uint8, payload []byte, h *grantHead) error {
 	d := wire.NewDecoder(payload)
 	decodeGrantHead(&d, h)
+	h.standing = h.standing[:0]
+	if typ == frameGrantCached {
+		decodeStanding(&d, h)
+	}
 	if err := d.Err(); err != nil {
 		return err
 	}
@@ -480,6 +505,11 @@ func (c *conn) onGrant(fr *lease.FDReader, payload []byte, h *grantHead) error {
 	}
 	for i, f := range h.fds {
 		c.install(fr, f, h.gen, fds[i])
+	}
+	// Installed before the next frame is read, so a REVOKE_GRANT for
+	// them always finds them.
+	if err := c.addGrants(h.standing); err != nil {
+		return err
 	}
 	rest := payload[d.Offset():]
 	c.mu.Lock()

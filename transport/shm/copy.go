@@ -26,10 +26,16 @@ import (
 // (tests block in them to cancel or uninstall at those points);
 // ignoreRevoke makes the initiator ignore REVOKE frames, so a test can
 // watch the descriptor check drop mappings on its own.
+//
+// beforeCachedCopy runs when a job holds standing grants and is about to
+// copy under them; swallowRevokeGrant makes the initiator drop REVOKE_GRANT
+// frames unanswered (a stuck initiator).
 type testHooks struct {
-	processVM         atomic.Pointer[func(op core.Op) error]
-	beforeCopy, grant atomic.Pointer[func()]
-	ignoreRevoke      atomic.Bool
+	processVM          atomic.Pointer[func(op core.Op) error]
+	beforeCopy, grant  atomic.Pointer[func()]
+	beforeCachedCopy   atomic.Pointer[func()]
+	ignoreRevoke       atomic.Bool
+	swallowRevokeGrant atomic.Bool
 }
 
 // job carries the requests of one Submit call through their leases. Jobs
@@ -51,10 +57,13 @@ type job struct {
 
 	// State of the lease being copied.
 	c       *conn
-	stop    time.Time // no copy step starts after this
-	unTimed uint64    // bytes copied since the clock was last read
-	cur     int       // request being copied (for the fault handler)
-	curMap  *mapping  // mapping referenced by the copy in progress
+	stop    time.Time   // no copy step starts after this
+	unTimed uint64      // bytes copied since the clock was last read
+	cur     int         // request being copied (for the fault handler)
+	curMap  *mapping    // mapping referenced by the copy in progress
+	lo      int         // first request of the run being copied
+	grants  []*standing // the standing grant of each request of the run; nil under a lease
+	under   []*standing // grants' backing store
 	pv      [2]pvmBatch
 	half    pvmBatch // the second half of a split process_vm call
 }
@@ -179,6 +188,13 @@ func (j *job) lease(lo, hi int) {
 		return
 	}
 	c.checkEpoch(reqs[0].Peer, reqs[0].Desc)
+	if done, err := j.cachedCopy(c, lo, hi, deadline); done {
+		if err != nil {
+			fail(err)
+		}
+		return
+	}
+	t.grantMisses.Add(1)
 	id, err := c.use(j)
 	if err != nil {
 		fail(err)
@@ -186,7 +202,7 @@ func (j *job) lease(lo, hi int) {
 	}
 	defer c.unuse()
 	sent := time.Now()
-	j.enc = appendLease(j.enc[:0], id, deadline.Sub(sent), reqs)
+	j.enc = appendLeaseFrame(j.enc[:0], frameLeaseCached, id, deadline.Sub(sent), reqs)
 	if err := c.write(j.enc, deadline); err != nil {
 		fail(err)
 		return
@@ -314,6 +330,9 @@ func (j *job) stopErr(i int, n uint64) error {
 	}
 	if j.cancel[i].Load() {
 		return errCanceled
+	}
+	if j.grants != nil && j.grants[i-j.lo].dead.Load() {
+		return status.Errorf(status.NotRegistered, "shm: %s unregistered the memory during the copy", j.c.cl.name)
 	}
 	j.unTimed += n
 	if j.unTimed >= 1<<20 {

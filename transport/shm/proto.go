@@ -17,6 +17,13 @@ const (
 	frameGrant   uint8 = 2 // target -> initiator, may carry SCM_RIGHTS
 	frameRelease uint8 = 3 // initiator -> target, no answer
 	frameRevoke  uint8 = 4 // target -> initiator push, no answer
+
+	// Standing grants: grants the initiator caches and reuses with no
+	// round trip, which the target takes back synchronously.
+	frameLeaseCached uint8 = 5 // initiator -> target: a LEASE that accepts standing grants
+	frameGrantCached uint8 = 6 // target -> initiator: a GRANT with standing grants, may carry SCM_RIGHTS
+	frameRevokeGrant uint8 = 7 // target -> initiator: take standing grants back; answered by REVOKE_ACK
+	frameRevokeAck   uint8 = 8 // initiator -> target: no copy runs under those grants any more
 )
 
 // kindShm is the channel kind the initiator asks for in the handshake.
@@ -36,14 +43,19 @@ const (
 	maxDenyMsg = lease.MaxAnswerMessage
 	// maxRevoke bounds the allocation ids of one revoke frame.
 	maxRevoke = 4096
-	// maxFrame bounds every frame: a grant of MaxLeaseEntries denied
-	// entries with full messages is the largest.
-	maxFrame = 64 + maxGrantFDs*25 + MaxLeaseEntries*(4+4+maxDenyMsg)
+	// maxGrantsPerConn bounds the standing grants one connection holds;
+	// past it the target answers with ordinary leases only.
+	maxGrantsPerConn = 4096
+	// maxFrame bounds every frame: a cached grant of MaxLeaseEntries
+	// denied entries with full messages (and the most standing grants one
+	// grant can name) is the largest.
+	maxFrame = 64 + maxGrantFDs*25 + MaxLeaseEntries*(4+4+maxDenyMsg) + 4 + MaxLeaseEntries*standingSize
 
 	leaseHeadSize = lease.RequestHeadSize
 	grantFDSize   = 8 + 8 + 8 + 1
 	minGrantEntry = lease.MinAnswerEntry
 	fdWritable    = 1 << 0
+	standingSize  = 8 + 8 + 8 + 1 + 8
 	maxMapSize    = 1 << 46 // same bound as core's allocations
 )
 
@@ -70,12 +82,24 @@ type grantEntry struct {
 	msg   string      // refusals only
 }
 
+// standingDesc is a standing grant as the target announces it: the exact
+// range of one of its regions, the permission it covers, and the
+// allocation its copies may go through (0: process_vm).
+type standingDesc struct {
+	id    uint64 // unique per connection, never 0
+	base  uint64
+	len   uint64
+	perm  core.Perm // PermRemoteRead, PermRemoteWrite or both
+	alloc uint64
+}
+
 // grantHead is the part of a grant the connection reader handles itself.
 type grantHead struct {
-	id  uint64
-	gen uint64 // the target's registration generation when it granted
-	ttl time.Duration
-	fds []grantFD
+	id       uint64
+	gen      uint64 // the target's registration generation when it granted
+	ttl      time.Duration
+	fds      []grantFD
+	standing []standingDesc // cached grants only
 }
 
 func durationNS(d time.Duration) uint64 {
@@ -94,8 +118,13 @@ func nsDuration(ns uint64) time.Duration {
 
 // appendLease appends a lease frame for reqs.
 func appendLease(b []byte, id uint64, ttl time.Duration, reqs []*core.Request) []byte {
+	return appendLeaseFrame(b, frameLease, id, ttl, reqs)
+}
+
+// appendLeaseFrame appends a LEASE or LEASE_CACHED frame (same payload).
+func appendLeaseFrame(b []byte, typ uint8, id uint64, ttl time.Duration, reqs []*core.Request) []byte {
 	start := len(b)
-	b = lease.BeginFrame(b, frameLease)
+	b = lease.BeginFrame(b, typ)
 	e := wire.NewEncoder(b)
 	lease.BeginRequest(&e, id, ttl, len(reqs))
 	for _, r := range reqs {
@@ -111,8 +140,15 @@ func decodeLease(p []byte, m *leaseMsg) error {
 
 // appendGrant appends a grant frame.
 func appendGrant(b []byte, id, gen uint64, ttl time.Duration, fds []grantFD, ents []grantEntry) []byte {
+	return appendGrantFrame(b, frameGrant, id, gen, ttl, fds, nil, ents)
+}
+
+// appendGrantFrame appends a GRANT, or a GRANT_CACHED with its standing
+// grants between the descriptors and the entries.
+func appendGrantFrame(b []byte, typ uint8, id, gen uint64, ttl time.Duration, fds []grantFD,
+	standing []standingDesc, ents []grantEntry) []byte {
 	start := len(b)
-	b = lease.BeginFrame(b, frameGrant)
+	b = lease.BeginFrame(b, typ)
 	e := wire.NewEncoder(b)
 	e.U64(id)
 	e.U64(gen)
@@ -127,6 +163,16 @@ func appendGrant(b []byte, id, gen uint64, ttl time.Duration, fds []grantFD, ent
 			fl |= fdWritable
 		}
 		e.U8(fl)
+	}
+	if typ == frameGrantCached {
+		e.U32(uint32(len(standing)))
+		for _, g := range standing {
+			e.U64(g.id)
+			e.U64(g.base)
+			e.U64(g.len)
+			e.U8(uint8(g.perm))
+			e.U64(g.alloc)
+		}
 	}
 	e.U32(uint32(len(ents)))
 	for _, g := range ents {
@@ -160,6 +206,30 @@ func decodeGrantHead(d *wire.Decoder, h *grantHead) {
 			d.Fail(status.Errorf(status.Protocol, "shm: grant fd %d has bad extent %#x+%#x", i, f.base, f.size))
 		}
 		h.fds = append(h.fds, f)
+	}
+}
+
+// decodeStanding decodes the standing grants of a GRANT_CACHED (what
+// follows its descriptor list), reusing h.standing, and leaves d at the
+// entries.
+func decodeStanding(d *wire.Decoder, h *grantHead) {
+	n := d.Count(MaxLeaseEntries, standingSize)
+	h.standing = h.standing[:0]
+	for i := 0; i < n && d.Err() == nil; i++ {
+		g := standingDesc{id: d.U64(), base: d.U64(), len: d.U64()}
+		perm := d.U8()
+		g.alloc = d.U64()
+		g.perm = core.Perm(perm)
+		switch {
+		case d.Err() != nil:
+		case g.id == 0:
+			d.Fail(status.Errorf(status.Protocol, "shm: standing grant %d has id 0", i))
+		case perm == 0 || core.Perm(perm)&^(core.PermRemoteRead|core.PermRemoteWrite) != 0:
+			d.Fail(status.Errorf(status.Protocol, "shm: standing grant %d has bad permission %#x", i, perm))
+		case g.len == 0 || g.base+g.len < g.base:
+			d.Fail(status.Errorf(status.Protocol, "shm: standing grant %d has bad range %#x+%#x", i, g.base, g.len))
+		}
+		h.standing = append(h.standing, g)
 	}
 }
 
@@ -204,6 +274,47 @@ func appendRevoke(b []byte, ids []uint64) []byte {
 		e.U64(id)
 	}
 	return lease.EndFrame(e.Out(), start)
+}
+
+// appendRevokeGrant appends a REVOKE_GRANT frame: revoke seq, then the
+// standing grant ids (at most maxRevoke).
+func appendRevokeGrant(b []byte, seq uint64, ids []uint64) []byte {
+	start := len(b)
+	b = lease.BeginFrame(b, frameRevokeGrant)
+	e := wire.NewEncoder(b)
+	e.U64(seq)
+	e.U32(uint32(len(ids)))
+	for _, id := range ids {
+		e.U64(id)
+	}
+	return lease.EndFrame(e.Out(), start)
+}
+
+func decodeRevokeGrant(p []byte, ids []uint64) (uint64, []uint64, error) {
+	d := wire.NewDecoder(p)
+	seq := d.U64()
+	n := d.Count(maxRevoke, 8)
+	if d.Err() == nil && n == 0 {
+		d.Fail(status.Errorf(status.Protocol, "shm: empty REVOKE_GRANT"))
+	}
+	ids = ids[:0]
+	for i := 0; i < n && d.Err() == nil; i++ {
+		ids = append(ids, d.U64())
+	}
+	return seq, ids, d.Finish()
+}
+
+func appendRevokeAck(b []byte, seq uint64) []byte {
+	start := len(b)
+	b = lease.BeginFrame(b, frameRevokeAck)
+	b = binary.LittleEndian.AppendUint64(b, seq)
+	return lease.EndFrame(b, start)
+}
+
+func decodeRevokeAck(p []byte) (uint64, error) {
+	d := wire.NewDecoder(p)
+	seq := d.U64()
+	return seq, d.Finish()
 }
 
 func decodeRevoke(p []byte, ids []uint64) ([]uint64, error) {

@@ -29,7 +29,14 @@ type serverConn struct {
 
 	mu     sync.Mutex
 	closed bool
+	dead   chan struct{}       // closed by close
 	sent   map[uint64]struct{} // allocation ids
+	// Standing grants the initiator holds, one per (region, permission),
+	// and the revokes of them it has not acknowledged yet.
+	grants    map[grantKey]*standingGrant
+	nextGrant uint64
+	revokeSeq uint64
+	acks      map[uint64]chan struct{} // revoke seq -> closed on REVOKE_ACK
 
 	// shareFDs: the peer runs as our uid or as root (SO_PEERCRED), so it
 	// may be sent memfds. Any other peer is served by process_vm only,
@@ -37,9 +44,26 @@ type serverConn struct {
 	shareFDs bool
 }
 
+// grantKey names a standing grant on a connection: one per region and
+// permission.
+type grantKey struct {
+	region *core.Region
+	perm   core.Perm
+}
+
+// standingGrant is the target's record of a standing grant: checked once
+// (Engine.Acquire, while the lease that created it pinned the region),
+// valid until the region is unregistered (revoked then, synchronously) or
+// the connection ends.
+type standingGrant struct {
+	desc   standingDesc
+	region *core.Region
+}
+
 // admit starts serving an accepted connection (on the loop's goroutine).
 func (t *Transport) admit(c *net.UnixConn, p *acceptloop.Pending) {
-	sc := &serverConn{t: t, c: c, sent: map[uint64]struct{}{},
+	sc := &serverConn{t: t, c: c, sent: map[uint64]struct{}{}, dead: make(chan struct{}),
+		grants: map[grantKey]*standingGrant{}, acks: map[uint64]chan struct{}{},
 		leases: lease.NewTable(t.e, lease.TableCounts{Held: &t.leases, Expired: &t.expired})}
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -83,13 +107,19 @@ func (sc *serverConn) serve(p *acceptloop.Pending) {
 			buf = payload[:0]
 		}
 		switch typ {
-		case frameLease:
+		case frameLease, frameLeaseCached:
 			if decodeLease(payload, &msg) != nil {
 				return
 			}
-			if out, ents, err = sc.grant(&msg, out[:0], ents); err != nil {
+			if out, ents, err = sc.grant(&msg, typ == frameLeaseCached, out[:0], ents); err != nil {
 				return
 			}
+		case frameRevokeAck:
+			seq, err := decodeRevokeAck(payload)
+			if err != nil {
+				return
+			}
+			sc.acked(seq)
 		case frameRelease:
 			id, err := decodeRelease(payload)
 			if err != nil {
@@ -104,9 +134,10 @@ func (sc *serverConn) serve(p *acceptloop.Pending) {
 
 // grant checks every entry against the engine's registrations, pins what
 // it grants, and answers with the per-entry codes, attaching the memfds of
-// granted allocations not yet sent on this connection. An error closes the
-// connection.
-func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte, []grantEntry, error) {
+// granted allocations not yet sent on this connection. For a cached lease
+// it also answers with standing grants for the regions it granted entries
+// in (see standing). An error closes the connection.
+func (sc *serverConn) grant(m *leaseMsg, cached bool, out []byte, ents []grantEntry) ([]byte, []grantEntry, error) {
 	t := sc.t
 	if h := t.hooks.grant.Load(); h != nil {
 		(*h)()
@@ -122,6 +153,7 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 	ents = ents[:len(m.Ranges)]
 	var pins lease.Pins
 	var att attachments
+	var want wanted
 	for i, rg := range m.Ranges {
 		if refusal != nil {
 			ents[i] = *refusal
@@ -134,6 +166,9 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 			continue
 		}
 		ents[i] = grantEntry{code: status.OK, alloc: sc.share(r, &att)}
+		if cached {
+			want.add(r, rg.Op, ents[i].alloc)
+		}
 	}
 	gen := t.e.Generation() // after the acquisitions: every granted allocation is registered at gen
 	if len(pins.Regions) > 0 {
@@ -142,8 +177,89 @@ func (sc *serverConn) grant(m *leaseMsg, out []byte, ents []grantEntry) ([]byte,
 			return out, ents, err
 		}
 	}
-	out = appendGrant(out, m.ID, gen, ttl, att.fds, ents)
-	return out, ents, sc.sendGrant(out, att.raw)
+	// Standing grants are recorded and their frame written under wmu: a
+	// REVOKE_GRANT for them (their region unregistered once this lease is
+	// released) can only follow the frame that announces them.
+	err = sc.sendGrant(func() []byte {
+		if !cached {
+			out = appendGrant(out, m.ID, gen, ttl, att.fds, ents)
+		} else {
+			out = appendGrantFrame(out, frameGrantCached, m.ID, gen, ttl, att.fds, sc.standing(&want), ents)
+		}
+		return out
+	}, att.raw)
+	return out, ents, err
+}
+
+// wanted collects, for one cached lease, the permissions its granted
+// entries used per region.
+type wanted struct {
+	regions []wantedRegion
+}
+
+type wantedRegion struct {
+	r     *core.Region
+	perm  core.Perm
+	alloc uint64
+}
+
+func (w *wanted) add(r *core.Region, op core.Op, alloc uint64) {
+	need := core.PermRemoteWrite
+	if op == core.OpRead {
+		need = core.PermRemoteRead
+	}
+	for i := len(w.regions) - 1; i >= 0; i-- {
+		if x := &w.regions[i]; x.r == r {
+			x.perm |= need
+			if alloc != 0 {
+				x.alloc = alloc
+			}
+			return
+		}
+	}
+	w.regions = append(w.regions, wantedRegion{r: r, perm: need, alloc: alloc})
+}
+
+// standing records a standing grant for every region of w the connection
+// holds none for yet with the permission asked, and returns them to be
+// announced. The lease's pins hold every such region, so it is
+// registered and not yet handed to UnregisterMemory: its revoke comes
+// later. The permission is what was asked, within what the region allows
+// remotely (Engine.Acquire checked it for every entry). Past
+// maxGrantsPerConn, or while the transport shuts down, none is made.
+func (sc *serverConn) standing(w *wanted) []standingDesc {
+	t := sc.t
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	var out []standingDesc
+	for _, x := range w.regions {
+		perm := x.perm & x.r.Perm & (core.PermRemoteRead | core.PermRemoteWrite)
+		if perm == 0 || sc.closed || t.closing.Load() || len(sc.grants) >= maxGrantsPerConn {
+			continue
+		}
+		if sc.covered(x.r, perm) {
+			continue
+		}
+		sc.nextGrant++
+		g := &standingGrant{region: x.r, desc: standingDesc{id: sc.nextGrant, base: x.r.Addr, len: x.r.Len,
+			perm: perm, alloc: x.alloc}}
+		sc.grants[grantKey{x.r, perm}] = g
+		t.grantsHeld.Add(1)
+		out = append(out, g.desc)
+	}
+	return out
+}
+
+// covered reports whether the connection holds a standing grant on r for
+// every bit of perm; sc.mu is held.
+func (sc *serverConn) covered(r *core.Region, perm core.Perm) bool {
+	var have core.Perm
+	for _, p := range []core.Perm{core.PermRemoteRead, core.PermRemoteWrite, core.PermRemoteRead | core.PermRemoteWrite} {
+		if sc.grants[grantKey{r, p}] != nil {
+			have |= p
+		}
+	}
+	return have&perm == perm
 }
 
 // admitLease says what the connection's state leaves for a new lease: an
@@ -220,13 +336,18 @@ func (sc *serverConn) hold(id uint64, pins lease.Pins, fds []grantFD, ttl time.D
 	return nil
 }
 
-// sendGrant writes a grant frame with its descriptors.
-func (sc *serverConn) sendGrant(out []byte, raw []int) error {
+// sendGrant writes the grant frame that frame builds, with its
+// descriptors. frame runs under the write lock, so that what it records
+// (standing grants) is announced before any later frame on the
+// connection.
+func (sc *serverConn) sendGrant(frame func() []byte, raw []int) error {
 	t := sc.t
 	// Counted before the write, so whoever receives the grant already
 	// sees it counted; taken back if the write failed.
 	t.fdsSent.Add(int64(len(raw)))
-	err := sc.write(out, raw)
+	sc.wmu.Lock()
+	err := sc.writeLocked(frame(), raw)
+	sc.wmu.Unlock()
 	if err != nil {
 		t.fdsSent.Add(-int64(len(raw)))
 	}
@@ -244,6 +365,11 @@ func (sc *serverConn) hasSent(id uint64) bool {
 func (sc *serverConn) write(b []byte, fds []int) error {
 	sc.wmu.Lock()
 	defer sc.wmu.Unlock()
+	return sc.writeLocked(b, fds)
+}
+
+// writeLocked is write with sc.wmu held.
+func (sc *serverConn) writeLocked(b []byte, fds []int) error {
 	_ = sc.c.SetWriteDeadline(time.Now().Add(controlWriteTimeout))
 	return lease.WriteFrame(sc.c, b, fds)
 }
@@ -275,7 +401,64 @@ func (sc *serverConn) revoke(ids []uint64) {
 	}
 }
 
-// close releases every lease of the connection and closes it. Idempotent.
+// takeGrants removes the connection's standing grants on the regions
+// match selects and returns their ids (to revoke).
+func (sc *serverConn) takeGrants(match func(*core.Region) bool) []uint64 {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	var ids []uint64
+	for k, g := range sc.grants {
+		if match(k.region) {
+			delete(sc.grants, k)
+			sc.t.grantsHeld.Add(-1)
+			ids = append(ids, g.desc.id)
+		}
+	}
+	return ids
+}
+
+// revokeGrants sends REVOKE_GRANT for ids and returns the channels that
+// close when the initiator acknowledges them; nil when the connection is
+// gone (closed now if the write failed): its initiator holds nothing.
+func (sc *serverConn) revokeGrants(ids []uint64) []chan struct{} {
+	var acks []chan struct{}
+	for len(ids) > 0 {
+		n := min(len(ids), maxRevoke)
+		sc.mu.Lock()
+		if sc.closed {
+			sc.mu.Unlock()
+			return nil
+		}
+		sc.revokeSeq++
+		seq := sc.revokeSeq
+		ch := make(chan struct{})
+		sc.acks[seq] = ch
+		sc.mu.Unlock()
+		if sc.write(appendRevokeGrant(nil, seq, ids[:n]), nil) != nil {
+			sc.close()
+			return nil
+		}
+		sc.t.revokesSent.Add(1)
+		acks = append(acks, ch)
+		ids = ids[n:]
+	}
+	return acks
+}
+
+// acked handles a REVOKE_ACK; an unknown seq (one given up on) is ignored.
+func (sc *serverConn) acked(seq uint64) {
+	sc.mu.Lock()
+	ch := sc.acks[seq]
+	delete(sc.acks, seq)
+	sc.mu.Unlock()
+	if ch != nil {
+		close(ch)
+		sc.t.revokesAcked.Add(1)
+	}
+}
+
+// close releases every lease and standing grant of the connection and
+// closes it. Idempotent.
 func (sc *serverConn) close() {
 	sc.mu.Lock()
 	if sc.closed {
@@ -283,6 +466,10 @@ func (sc *serverConn) close() {
 		return
 	}
 	sc.closed = true
+	close(sc.dead)
+	sc.t.grantsHeld.Add(-int64(len(sc.grants)))
+	clear(sc.grants)
+	clear(sc.acks)
 	sc.mu.Unlock()
 	_ = sc.c.Close()
 	sc.leases.Close()

@@ -86,6 +86,16 @@ type Transport struct {
 	orphans     atomic.Int64 // grants that arrived after their waiter gave up
 	revoked     atomic.Int64 // mappings dropped on the target's revoke
 	invalidated atomic.Int64 // mappings dropped by the descriptor check
+
+	// Standing grants.
+	grantsHeld     atomic.Int64 // as target: held by peers on this engine's memory
+	grantsCached   atomic.Int64 // as initiator: live in this engine's connections
+	grantHits      atomic.Int64 // lease runs copied under standing grants, no round trip
+	grantMisses    atomic.Int64 // lease runs that asked the target
+	grantsRevoked  atomic.Int64 // as initiator: standing grants the target took back
+	revokesSent    atomic.Int64 // as target: REVOKE_GRANT frames sent
+	revokesAcked   atomic.Int64 // as target: REVOKE_ACKs received
+	revokeTimeouts atomic.Int64 // as target: connections closed for want of a REVOKE_ACK
 }
 
 // New returns an uninstalled shm transport.
@@ -146,10 +156,20 @@ func (t *Transport) Endpoints() []wire.Endpoint {
 
 func (t *Transport) RegisterMemory([]*core.Region) error { return nil }
 
-// UnregisterMemory revokes the descriptors of freed allocations from every
-// connection they were sent on, so initiators unmap them at once. The
-// engine calls it once the regions are idle: no lease holds them.
+// UnregisterMemory takes back, synchronously, every standing grant on the
+// regions (see revokeGrants), then revokes the descriptors of freed
+// allocations from every connection they were sent on, so initiators
+// unmap them at once. The engine calls it once the regions refuse new
+// users and are idle (no lease holds them), before Unregister returns.
 func (t *Transport) UnregisterMemory(regions []*core.Region) error {
+	set := make(map[*core.Region]struct{}, len(regions))
+	for _, r := range regions {
+		set[r] = struct{}{}
+	}
+	t.revokeGrants(func(r *core.Region) bool {
+		_, ok := set[r]
+		return ok
+	})
 	var ids []uint64
 	for _, r := range regions {
 		if r.Alloc != nil {
@@ -169,6 +189,72 @@ func (t *Transport) UnregisterMemory(regions []*core.Region) error {
 		sc.revoke(ids)
 	}
 	return nil
+}
+
+// revokeGrants takes back every standing grant on the regions match
+// selects: REVOKE_GRANT on each connection holding one, then it waits for
+// each initiator's REVOKE_ACK (sent once no copy runs under them) or for
+// that connection's death, at most UnregisterTimeout. A connection that
+// has not acknowledged by then is closed: its initiator is stuck or
+// dishonest, and closing ends its leases and grants here. (Its copy in
+// progress, if any, is one step that the kernel does not stop: process_vm
+// revocation is cooperative, see the security boundary in doc.go.) It
+// never waits longer than that, whatever the initiators do.
+func (t *Transport) revokeGrants(match func(*core.Region) bool) {
+	if t.grantsHeld.Load() == 0 {
+		return
+	}
+	t.mu.Lock()
+	servers := make([]*serverConn, 0, len(t.servers))
+	for sc := range t.servers {
+		servers = append(servers, sc)
+	}
+	t.mu.Unlock()
+	type pending struct {
+		sc   *serverConn
+		acks []chan struct{}
+	}
+	var waits []pending
+	for _, sc := range servers {
+		if ids := sc.takeGrants(match); len(ids) > 0 {
+			if acks := sc.revokeGrants(ids); len(acks) > 0 {
+				waits = append(waits, pending{sc, acks})
+			}
+		}
+	}
+	if len(waits) == 0 {
+		return
+	}
+	timer := time.NewTimer(t.e.Options().UnregisterTimeout)
+	defer timer.Stop()
+	expired := false
+	for _, w := range waits {
+		for _, ack := range w.acks {
+			if expired {
+				select {
+				case <-ack:
+					continue
+				case <-w.sc.dead:
+					continue
+				default:
+				}
+			} else {
+				select {
+				case <-ack:
+					continue
+				case <-w.sc.dead:
+					continue
+				case <-timer.C:
+					expired = true
+				}
+			}
+			t.revokeTimeouts.Add(1)
+			t.log.Warn("shm peer did not acknowledge a grant revoke in time; closing its connection",
+				"timeout", t.e.Options().UnregisterTimeout)
+			w.sc.close()
+			break
+		}
+	}
 }
 
 // Eligible: same machine, the peer runs an shm listener, host memory on
@@ -269,8 +355,9 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 //     handshakes are cut; then it waits for the copies in progress (one
 //     step each) to release their leases;
 //  2. as target: the listener closes, new leases are refused (Closed),
-//     and it waits for peers to release the leases they hold, at most
-//     until UnregisterTimeout;
+//     standing grants are revoked (waiting for the peers' acknowledgement,
+//     at most UnregisterTimeout), and it waits for peers to release the
+//     leases they hold, at most until UnregisterTimeout;
 //  3. it closes every connection (releasing what leases remain), which
 //     unmaps every mapping and closes every received descriptor, and
 //     waits for every goroutine.
@@ -296,6 +383,9 @@ func (t *Transport) Uninstall() error {
 	}
 
 	if t.e != nil {
+		// New leases are refused from here (Closed), so no standing grant
+		// is made any more; take back those held.
+		t.revokeGrants(func(*core.Region) bool { return true })
 		drain := time.Now().Add(t.e.Options().UnregisterTimeout)
 		for t.leases.Load() > 0 && time.Now().Before(drain) {
 			time.Sleep(time.Millisecond)
@@ -335,8 +425,9 @@ func (t *Transport) ListenerStats() (core.ListenerStats, bool) {
 	return ln.Stats(), true
 }
 
-// Stats reports what the transport holds; the first six return to zero
-// when it is idle and after Uninstall.
+// Stats reports what the transport holds; the first six, grants and
+// grants_cached return to zero when it is idle (no connection) and after
+// Uninstall.
 func (t *Transport) Stats() map[string]int64 {
 	t.mu.Lock()
 	clientConns, serverConns, jobs := len(t.conns), len(t.servers), len(t.jobs)
@@ -363,5 +454,13 @@ func (t *Transport) Stats() map[string]int64 {
 		"invalidated":        t.invalidated.Load(),
 		"fds_received":       t.fdsReceived.Load(),
 		"fds_sent":           t.fdsSent.Load(),
+		"grants":             t.grantsHeld.Load(),
+		"grants_cached":      t.grantsCached.Load(),
+		"grant_hits":         t.grantHits.Load(),
+		"grant_misses":       t.grantMisses.Load(),
+		"grants_revoked":     t.grantsRevoked.Load(),
+		"revokes_sent":       t.revokesSent.Load(),
+		"revokes_acked":      t.revokesAcked.Load(),
+		"revoke_timeouts":    t.revokeTimeouts.Load(),
 	}
 }
