@@ -217,9 +217,6 @@ func (j *job) cachedCopy(c *conn, lo, hi int, deadline time.Time) (bool, error) 
 	for i, g := range under {
 		j.grant[i] = grantEntry{code: status.OK, alloc: g.alloc}
 	}
-	if h := t.hooks.beforeCachedCopy.Load(); h != nil {
-		(*h)()
-	}
 	j.c, j.stop, j.lo, j.grants = c, deadline, lo, under
 	j.copyAll(lo, hi)
 	j.c, j.grants = nil, nil

@@ -27,13 +27,14 @@ import (
 // ignoreRevoke makes the initiator ignore REVOKE frames, so a test can
 // watch the descriptor check drop mappings on its own.
 //
-// beforeCachedCopy runs when a job holds standing grants and is about to
-// copy under them; swallowRevokeGrant makes the initiator drop REVOKE_GRANT
+// inCachedCopy runs inside a copy under standing grants, once the copy
+// step has passed its checks (the step then runs, whatever happens
+// meanwhile); swallowRevokeGrant makes the initiator drop REVOKE_GRANT
 // frames unanswered (a stuck initiator).
 type testHooks struct {
 	processVM          atomic.Pointer[func(op core.Op) error]
 	beforeCopy, grant  atomic.Pointer[func()]
-	beforeCachedCopy   atomic.Pointer[func()]
+	inCachedCopy       atomic.Pointer[func()]
 	ignoreRevoke       atomic.Bool
 	swallowRevokeGrant atomic.Bool
 }
@@ -393,6 +394,7 @@ func (j *job) copyFrom(i, lo, hi int) (next int) {
 		}
 		if g.alloc != 0 {
 			if m := c.getMapping(g.alloc); m != nil {
+				j.cachedCopyHook()
 				j.curMap = m
 				done := j.copyMapped(i, m)
 				j.curMap = nil
@@ -405,6 +407,14 @@ func (j *job) copyFrom(i, lo, hi int) (next int) {
 		j.addPVM(i)
 	}
 	return hi
+}
+
+// cachedCopyHook runs the inCachedCopy test hook in a copy under
+// standing grants, past its last check before the copy step.
+func (j *job) cachedCopyHook() {
+	if h := j.t.hooks.inCachedCopy.Load(); h != nil && j.grants != nil {
+		(*h)()
+	}
 }
 
 func opName(op core.Op) string {
@@ -484,6 +494,7 @@ func (j *job) flushPVM(op core.Op) {
 		j.failFrom(b, 0, err)
 		return
 	}
+	j.cachedCopyHook()
 	pid := j.c.pid
 	if pid <= 0 {
 		j.t.denyPVM(j.c.cl.inc)

@@ -25,6 +25,7 @@ import (
 
 func TestMain(m *testing.M) {
 	peertest.Commands["attack"] = attackCmd
+	peertest.Commands["holdgrant"] = holdGrantCmd
 	peertest.Main(available()...)
 	os.Exit(m.Run())
 }
@@ -103,7 +104,7 @@ func sum(t testing.TB, p *peertest.Peer, i int) string {
 
 // held are the counts that must return to zero (goroutines: to the
 // accept loop while installed).
-var held = []string{"connections", "leases", "mappings", "fds", "goroutines", "jobs"}
+var held = []string{"connections", "leases", "mappings", "fds", "goroutines", "jobs", "grants", "grants_cached"}
 
 func requireIdle(t testing.TB, tr *Transport, installed bool) {
 	t.Helper()
