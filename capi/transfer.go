@@ -357,6 +357,7 @@ func copyStatuses(b *core.Batch, out uintptr, n C.size_t, completed uintptr) (co
 		cs[i] = C.tent_request_status{
 			status: requestCode(tmp[i].Code), transport: C.uint32_t(tmp[i].Transport),
 			bytes: C.uint64_t(tmp[i].Bytes), flags: C.uint32_t(tmp[i].Flags),
+			nic: C.uint16_t(tmp[i].NIC), nics: C.uint16_t(tmp[i].NICs),
 		}
 	}
 	if k > 0 {

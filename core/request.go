@@ -102,6 +102,7 @@ type Request struct {
 	transport atomic.Uint32
 	bytes     atomic.Uint64
 	flags     atomic.Uint32
+	nic       atomic.Uint32 // MarkNIC: first | count<<16
 	settled   atomic.Bool
 }
 
@@ -193,6 +194,9 @@ type RequestStatus struct {
 	Transport uint32
 	Bytes     uint64
 	Flags     uint32
+	// NIC and NICs, valid with FlagNIC: the first local NIC that carried
+	// the request and how many did (MarkNIC).
+	NIC, NICs uint16
 }
 
 // Status copies the request statuses into out and returns the batch
@@ -204,7 +208,9 @@ func (b *Batch) Status(out []RequestStatus) (status.Code, int, error) {
 		r := &b.reqs[i]
 		c := status.Code(r.status.Load())
 		if i < len(out) {
-			out[i] = RequestStatus{Code: c, Transport: r.transport.Load(), Bytes: r.bytes.Load(), Flags: r.flags.Load()}
+			nic := r.nic.Load()
+			out[i] = RequestStatus{Code: c, Transport: r.transport.Load(), Bytes: r.bytes.Load(), Flags: r.flags.Load(),
+				NIC: uint16(nic), NICs: uint16(nic >> 16)}
 		}
 		if c != status.Pending {
 			completed++

@@ -466,13 +466,24 @@ typedef struct tent_transfer_options {
 /* Flags in tent_request_status.flags */
 #define TENT_STATUS_RETRIED 0x1u /* the first transport failed; served by another */
 #define TENT_STATUS_STAGED  0x2u /* GPU memory copied through host memory (tcp) */
+#define TENT_STATUS_NIC     0x4u /* nic and nics are set (an RDMA NIC carried it) */
 
+/* Its size and layout never change (callers pass arrays of it): a field is
+ * added only in the space that was `reserved`, a library that does not set
+ * it leaves that space zero, and a flag says when it is set. So a caller
+ * built against an older tent.h keeps working with a newer library (it
+ * never reads the new fields), and a newer caller reads a field only when
+ * its flag is set (an older library never sets it). */
 typedef struct tent_request_status {
   tent_status status;     /* TENT_PENDING, TENT_OK or a TENT_ERR_* code */
   uint32_t transport;     /* TENT_TRANSPORT_* that served (or last tried) it */
   uint64_t bytes;         /* bytes transferred */
   uint32_t flags;         /* TENT_STATUS_* */
-  uint32_t reserved;
+  uint16_t nic;           /* with TENT_STATUS_NIC: index of the first local NIC
+                             that carried it (its first chunk's); the stats of
+                             its transport name it: nic.<device>.index */
+  uint16_t nics;          /* with TENT_STATUS_NIC: how many local NICs carried
+                             parts of it (a large request stripes) */
 } tent_request_status;
 
 /* Submits n requests (1 <= n <= TENT_MAX_BATCH) and returns at once. Bad

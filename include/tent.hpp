@@ -430,10 +430,13 @@ struct RequestStatus {
   Transport transport = Transport::none;  // the transport that served (or last tried) it
   uint64_t bytes = 0;               // bytes transferred
   uint32_t flags = 0;               // TENT_STATUS_*
+  uint16_t nic = 0;                 // with has_nic(): the first local NIC that carried it
+  uint16_t nics = 0;                // with has_nic(): how many local NICs carried it
 
   bool ok() const noexcept { return status == Status::ok; }
   bool retried() const noexcept { return (flags & TENT_STATUS_RETRIED) != 0; }
   bool staged() const noexcept { return (flags & TENT_STATUS_STAGED) != 0; }
+  bool has_nic() const noexcept { return (flags & TENT_STATUS_NIC) != 0; }
 };
 
 // A finished batch: every request has its final status.
@@ -915,6 +918,10 @@ inline RequestStatus to_request_status(const tent_request_status &s) noexcept {
   r.transport = static_cast<Transport>(s.transport);
   r.bytes = s.bytes;
   r.flags = s.flags;
+  if (s.flags & TENT_STATUS_NIC) {
+    r.nic = s.nic;
+    r.nics = s.nics;
+  }
   return r;
 }
 

@@ -702,7 +702,7 @@ class _SyncBufs:
 # tent_request and tent_request_status as struct formats (native byte order,
 # explicit padding: the layouts of tent.h, checked against ctypes below).
 _REQUEST_LAYOUT = struct.Struct("=IIQQQQ")
-_STATUS_LAYOUT = struct.Struct("=iIQII")
+_STATUS_LAYOUT = struct.Struct("=iIQIHH")
 assert _REQUEST_LAYOUT.size == sizeof(_lib.Request) and _STATUS_LAYOUT.size == sizeof(_lib.RequestStatus)
 
 

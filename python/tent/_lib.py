@@ -18,7 +18,7 @@ from __future__ import annotations
 import ctypes
 import os
 import threading
-from ctypes import POINTER, c_char, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_char, c_char_p, c_int32, c_int64, c_size_t, c_uint16, c_uint32, c_uint64, c_void_p
 from typing import Any, Dict, List, Optional, Tuple
 
 # ---- Constants (#define in tent.h) ----------------------------------------
@@ -68,6 +68,7 @@ TENT_OP_WRITE = 1
 
 TENT_STATUS_RETRIED = 0x1
 TENT_STATUS_STAGED = 0x2
+TENT_STATUS_NIC = 0x4
 
 TENT_MAX_NAME_LEN = 1024
 TENT_MAX_STRING_LEN = 4096
@@ -201,7 +202,8 @@ class RequestStatus(ctypes.Structure):
         ("transport", c_uint32),
         ("bytes", c_uint64),
         ("flags", c_uint32),
-        ("reserved", c_uint32),
+        ("nic", c_uint16),  # with TENT_STATUS_NIC (the space once `reserved`)
+        ("nics", c_uint16),
     ]
 
 

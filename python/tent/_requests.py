@@ -28,6 +28,7 @@ def _numpy_dtype(struct: Any) -> Any:
     np = _check.numpy("tent.request_dtype and tent.status_dtype")
 
     kinds = {
+        ctypes.c_uint16: np.uint16,
         ctypes.c_uint32: np.uint32,
         ctypes.c_int32: np.int32,
         ctypes.c_uint64: np.uint64,
@@ -179,6 +180,8 @@ class RequestResult(NamedTuple):
     bytes: int  # bytes moved
     retried: bool  # the first transport failed and another one served it
     staged: bool = False  # GPU memory went through host memory (tcp)
+    nic: Optional[int] = None  # the first local NIC that carried it (rdma), else None
+    nics: int = 0  # how many local NICs carried parts of it
 
     @property
     def ok(self) -> bool:
@@ -199,5 +202,7 @@ class RequestResult(NamedTuple):
 
 
 def result_of(s: _lib.RequestStatus) -> RequestResult:
+    has_nic = bool(s.flags & _lib.TENT_STATUS_NIC)
     return RequestResult(s.status, transport_name(s.transport), s.bytes, bool(s.flags & _lib.TENT_STATUS_RETRIED),
-                         bool(s.flags & _lib.TENT_STATUS_STAGED))
+                         bool(s.flags & _lib.TENT_STATUS_STAGED), s.nic if has_nic else None,
+                         s.nics if has_nic else 0)

@@ -31,6 +31,11 @@ TENT_STATIC_ASSERT(offsetof(tent_stats, process_handles) == 72, "tent_stats layo
 TENT_STATIC_ASSERT(sizeof(tent_request) == 40, "tent_request layout");
 TENT_STATIC_ASSERT(sizeof(tent_transfer_options) == 40, "tent_transfer_options layout");
 TENT_STATIC_ASSERT(sizeof(tent_request_status) == 24, "tent_request_status layout");
+/* nic and nics took the place of `reserved`: the size and every older
+ * field's offset are what they were. */
+TENT_STATIC_ASSERT(offsetof(tent_request_status, flags) == 16, "tent_request_status layout");
+TENT_STATIC_ASSERT(offsetof(tent_request_status, nic) == 20, "tent_request_status layout");
+TENT_STATIC_ASSERT(offsetof(tent_request_status, nics) == 22, "tent_request_status layout");
 TENT_STATIC_ASSERT(sizeof(tent_status) == 4, "tent_status is int32_t");
 
 /* void (*)(void) is the generic function pointer type: casts to it are

@@ -194,6 +194,10 @@ static void test_local(void) {
   CHECK_EQ_U64(st[5].bytes, 999);
   CHECK_EQ_U64(st[5].status, TENT_OK);
   CHECK(strcmp(tent_transport_name(st[5].transport), "local") == 0);
+  /* No NIC carried it: no TENT_STATUS_NIC, and the space stays zero. */
+  CHECK_EQ_U64(st[5].flags & TENT_STATUS_NIC, 0);
+  CHECK_EQ_U64(st[5].nic, 0);
+  CHECK_EQ_U64(st[5].nics, 0);
   int same = 1;
   for (int i = 0; i < 64; i++) {
     same &= memcmp(src + i * 1000 + 1, dst + i * 1000 + 3, 999) == 0;

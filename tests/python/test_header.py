@@ -8,7 +8,7 @@ import os
 import re
 import shutil
 import subprocess
-from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint32, c_uint64, c_void_p
+from ctypes import POINTER, c_char_p, c_int32, c_int64, c_size_t, c_uint16, c_uint32, c_uint64, c_void_p
 
 import pytest
 
@@ -41,6 +41,7 @@ def without_preprocessor(text):
 
 HANDLES = {"tent_engine", "tent_region", "tent_segment", "tent_batch"}
 SCALARS = {
+    "uint16_t": c_uint16,
     "uint32_t": c_uint32,
     "uint64_t": c_uint64,
     "int64_t": c_int64,

@@ -20,7 +20,8 @@
 //     connection lives;
 //   - data: Submit chains small requests into one post per queue pair and
 //     splits large ones across the queue pairs of the NICs of the memory's
-//     affinity; pollers (one per NIC) complete requests; a queue pair that
+//     affinity; pollers (one per NIC) complete requests, each naming the
+//     NICs that carried it (core.Request.MarkNIC); a queue pair that
 //     fails is moved to the error state, its requests fail (core retries
 //     them once on the next transport), and it is rebuilt, with a new queue
 //     pair number exchanged over a new connect connection, on next use;

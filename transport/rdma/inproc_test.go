@@ -146,7 +146,8 @@ func TestTransfersOverOneAndTwoNICs(t *testing.T) {
 			code, st, err := run(t, p.a, ops(core.OpWrite, src, p.seg, dst, 1, n), core.TransferOptions{})
 			require.NoError(t, err)
 			require.Equal(t, status.OK, code)
-			require.Equal(t, core.RequestStatus{Code: status.OK, Transport: ID, Bytes: n}, st[0])
+			require.Equal(t, core.RequestStatus{Code: status.OK, Transport: ID, Bytes: n, Flags: core.FlagNIC,
+				NIC: st[0].NIC, NICs: uint16(len(devs))}, st[0])
 			require.True(t, bytes.Equal(src, dst))
 
 			_, _ = rand.Read(dst)

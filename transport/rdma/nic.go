@@ -29,6 +29,7 @@ type nic struct {
 
 	bytes    atomic.Int64 // bytes moved through this NIC (stats)
 	requests atomic.Int64 // work requests completed on it
+	served   atomic.Int64 // core requests it carried (all or part of)
 }
 
 // cqEntries is each NIC's completion-queue depth: room for every queue

@@ -1,6 +1,7 @@
 package rdma
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,7 +28,12 @@ type workRequest struct {
 // pending is one core request in flight: done when all its work requests
 // are.
 type pending struct {
-	done  func(n uint64, err error) // the request's Done
+	done func(n uint64, err error) // the request's Done
+	// r, when set, hears which local NICs carried it (MarkNIC) before
+	// done: first is the first chunk's NIC, nics every NIC of its chunks.
+	r     *core.Request
+	first int
+	nics  []*nic
 	left  atomic.Int32
 	bytes atomic.Uint64
 	mu    sync.Mutex
@@ -59,6 +65,12 @@ func (p *pending) complete(n *nic, wr *workRequest, moved uint64, err error) {
 	if err != nil {
 		p.done(0, err)
 		return
+	}
+	for _, n := range p.nics {
+		n.served.Add(1)
+	}
+	if p.r != nil {
+		p.r.MarkNIC(p.first, len(p.nics))
 	}
 	p.done(p.bytes.Load(), nil)
 }
@@ -145,7 +157,7 @@ func (t *Transport) Submit(reqs []*core.Request) {
 			r.Done(0, status.Errorf(status.TransportError, "rdma: cannot serve this request (no keys or endpoint)"))
 			continue
 		}
-		p := &pending{done: r.Done}
+		p := &pending{done: r.Done, r: r}
 		pieces := int((r.Len + chunk - 1) / chunk)
 		if pieces == 0 {
 			pieces = 1
@@ -156,6 +168,14 @@ func (t *Transport) Submit(reqs []*core.Request) {
 			off := uint64(i) * chunk
 			n := min(r.Len-off, chunk)
 			pair := rt.pairs[(first+i)%len(rt.pairs)]
+			if i == 0 {
+				p.first = pair.local
+			}
+			if i < len(rt.pairs) { // the pairs rotate: the first len(pairs) chunks meet every NIC there is
+				if nn := t.nics[pair.local]; !slices.Contains(p.nics, nn) {
+					p.nics = append(p.nics, nn)
+				}
+			}
 			op := opWrite
 			if r.Op == core.OpRead {
 				op = opRead

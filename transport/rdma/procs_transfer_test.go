@@ -29,7 +29,12 @@ func TestTransfersBetweenProcesses(t *testing.T) {
 
 			code, st, _ := run(t, e, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg, Remote: remote, Len: n}}, core.TransferOptions{})
 			require.Equal(t, status.OK, code)
-			require.Equal(t, core.RequestStatus{Code: status.OK, Transport: ID, Bytes: n}, st[0])
+			nics := strings.Split(devices, ",")
+			require.Equal(t, core.FlagNIC, st[0].Flags, "the status names the NICs that carried it")
+			require.EqualValues(t, len(nics), st[0].NICs, "8 MiB striped over every NIC")
+			require.Less(t, int(st[0].NIC), len(nics))
+			require.Equal(t, core.RequestStatus{Code: status.OK, Transport: ID, Bytes: n, Flags: core.FlagNIC,
+				NIC: st[0].NIC, NICs: uint16(len(nics))}, st[0])
 			require.Equal(t, peertest.Sum(src), sum(t, p, 0), "the peer holds what was written")
 
 			_, err = p.Cmd("fill 0 7")
@@ -47,7 +52,8 @@ func TestTransfersBetweenProcesses(t *testing.T) {
 
 			// 32 small requests in one batch: posted as chains, not one by one.
 			const small = 4 << 10
-			posts := tr.Stats()["posts"]
+			before := tr.Stats()
+			posts := before["posts"]
 			var reqs []core.TransferRequest
 			for i := range 32 {
 				reqs = append(reqs, core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src) + uint64(i*small), Segment: seg,
@@ -55,8 +61,19 @@ func TestTransfersBetweenProcesses(t *testing.T) {
 			}
 			code, st, _ = run(t, e, reqs, core.TransferOptions{})
 			require.Equal(t, status.OK, code)
+			perNIC := map[uint16]int64{}
 			for _, s := range st {
 				require.EqualValues(t, ID, s.Transport)
+				require.Equal(t, core.FlagNIC, s.Flags)
+				require.EqualValues(t, 1, s.NICs, "a small request is one work request on one NIC")
+				perNIC[s.NIC]++
+			}
+			after := tr.Stats()
+			for _, dev := range nics {
+				idx := uint16(after["nic."+dev+".index"])
+				require.Equal(t, perNIC[idx], after["nic."+dev+".requests"]-before["nic."+dev+".requests"],
+					"%s's request count is the statuses that name it", dev)
+				require.Positive(t, perNIC[idx], "small requests rotate over %s too", dev)
 			}
 			require.LessOrEqual(t, tr.Stats()["posts"]-posts, int64(2*len(strings.Split(devices, ","))),
 				"32 small requests took one post per queue pair")

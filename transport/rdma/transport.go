@@ -205,7 +205,8 @@ func (t *Transport) closeNICs() error {
 }
 
 // Stats reports the transport's live objects (for leak checks) and, per
-// NIC, the bytes and work requests it carried.
+// NIC, its index (as request statuses name it), the bytes, work requests
+// and core requests it carried.
 func (t *Transport) Stats() map[string]int64 {
 	s := map[string]int64{
 		"nics":       int64(len(t.nics)),
@@ -221,6 +222,9 @@ func (t *Transport) Stats() map[string]int64 {
 		n.mu.Unlock()
 		s["nic."+n.info.Name+".bytes"] = n.bytes.Load()
 		s["nic."+n.info.Name+".wrs"] = n.requests.Load()
+		s["nic."+n.info.Name+".requests"] = n.served.Load()
+		// The index a request's status names its NIC by (TENT_STATUS_NIC).
+		s["nic."+n.info.Name+".index"] = int64(n.idx)
 	}
 	s["qps"] = qps
 	s["inflight"] = inflight
