@@ -5,8 +5,13 @@ the examples and tests shipped with them): each test here pins one
 behaviour a program written against the real wheel relies on."""
 
 import logging
+import os
 import pickle
+import signal
+import subprocess
 import sys
+import urllib.error
+import urllib.request
 
 import numpy as np
 import pytest
@@ -256,3 +261,50 @@ def test_a_listener_on_an_os_chosen_port_says_which(monkeypatch, capsys):
     a = nixl_agent("quiet", nixl_agent_config(True, True, 0))
     a.close()
     assert "MD listener" not in capsys.readouterr().err
+
+
+# ---- mooncake: the HTTP metadata server command -----------------------------------------
+
+
+def _metadata_server_command():
+    exe = os.path.join(os.path.dirname(sys.executable), "mooncake_http_metadata_server")
+    if os.path.exists(exe):
+        return [exe]
+    if os.environ.get("TENT_COMPAT_WHEEL"):  # the wheel is installed here: its command must be too
+        pytest.fail(f"the tent-compat wheel installed no {exe}")
+    return [sys.executable, "-m", "mooncake.http_metadata_server"]  # a source-tree run
+
+
+def test_mooncake_http_metadata_server_command_as_mooncakes():
+    # Mooncake's wheel installs `mooncake_http_metadata_server --port P
+    # [--host H] [--log-level L]`; its server refuses a second PUT of an
+    # rpc_meta key and stops cleanly on SIGTERM.
+    proc = subprocess.Popen(_metadata_server_command() + ["--host", "127.0.0.1", "--port", "0",
+                                                          "--log-level", "WARNING"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("listening on http://127.0.0.1:"), line + proc.stderr.read()
+        url = line.split()[-1]
+
+        def call(method, key, body=None):
+            req = urllib.request.Request(f"{url}?key={key}", data=body, method=method)
+            try:
+                with urllib.request.urlopen(req, timeout=10) as r:
+                    return r.status, r.read()
+            except urllib.error.HTTPError as e:
+                return e.code, e.read()
+
+        assert call("PUT", "mooncake/rpc_meta/seg", b"first")[0] == 200
+        assert call("PUT", "mooncake/rpc_meta/seg", b"second")[0] == 400
+        assert call("GET", "mooncake/rpc_meta/seg") == (200, b"first")
+        assert call("PUT", "mooncake/ram/seg", b"a")[0] == 200 and call("PUT", "mooncake/ram/seg", b"b")[0] == 200
+        assert call("GET", "mooncake/ram/seg") == (200, b"b")  # other keys are overwritten, as in Mooncake
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=10) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()

@@ -12,6 +12,7 @@ the first line on stdout is always ``listening on http://HOST:PORT/metadata``.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import threading
 import urllib.parse
@@ -32,9 +33,16 @@ class MetadataStore:
         with self._lock:
             return self._data.get(key)
 
-    def put(self, key: str, value: bytes) -> None:
+    def put(self, key: str, value: bytes) -> bool:
+        """Stores value; False (nothing stored) for a second PUT of an
+        ``rpc_meta`` key, which Mooncake's server refuses: that record names
+        the engine serving a segment, and a second engine claiming the same
+        name must not replace it."""
         with self._lock:
+            if "rpc_meta" in key and key in self._data:
+                return False
             self._data[key] = value
+            return True
 
     def delete(self, key: str) -> bool:
         with self._lock:
@@ -45,12 +53,13 @@ class MetadataStore:
             return len(self._data)
 
 
-def _handler(store: MetadataStore, path: str) -> type:
+def _handler(store: MetadataStore, path: str, log_requests: bool = False) -> type:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base's name
-            pass
+            if log_requests:
+                super().log_message(format, *args)
 
         def _reply(self, code: int, body: bytes) -> None:
             self.send_response(code)
@@ -91,7 +100,10 @@ def _handler(store: MetadataStore, path: str) -> type:
             if not 0 <= n <= MAX_VALUE:
                 self._reply(400, b"bad Content-Length")
                 return
-            store.put(key, self.rfile.read(n))
+            value = self.rfile.read(n)
+            if not store.put(key, value):
+                self._reply(400, b"Duplicate rpc_meta key not allowed")
+                return
             self._reply(200, b"metadata updated")
 
         def do_DELETE(self) -> None:  # noqa: N802
@@ -113,9 +125,10 @@ class HTTPMetadataServer:
     """The server on a thread: ``start()``, ``url``, ``close()``; also a
     context manager."""
 
-    def __init__(self, host: str = "127.0.0.1", port: int = 0, path: str = "/metadata") -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, path: str = "/metadata",
+                 log_requests: bool = False) -> None:
         self.store = MetadataStore()
-        self._httpd = ThreadingHTTPServer((host, port), _handler(self.store, path))
+        self._httpd = ThreadingHTTPServer((host, port), _handler(self.store, path, log_requests))
         self._httpd.daemon_threads = True
         self._path = path
         self._thread: Optional[threading.Thread] = None
@@ -158,9 +171,16 @@ def main(argv: Optional[list] = None) -> int:
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8080)
     p.add_argument("--path", default="/metadata")
+    p.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"],
+                   help="accepted as by Mooncake's server; at DEBUG each request is logged to stderr")
     args = p.parse_args(argv)
-    server = HTTPMetadataServer(args.host, args.port, args.path)
+    server = HTTPMetadataServer(args.host, args.port, args.path, log_requests=args.log_level == "DEBUG")
     print(f"listening on {server.url}", flush=True)
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # SIGTERM ends the server cleanly (exit 0), as SIGINT does
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
