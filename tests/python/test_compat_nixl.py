@@ -352,3 +352,44 @@ def test_threads_share_one_connection_per_peer(pair):
     a.release_dlist_handle(remote)
     a.remove_remote_agent("B")
     assert a.tent_engine.stats()["segments"] == 0
+
+
+def test_close_while_the_listen_thread_serves_a_peer_does_not_deadlock():
+    # A peer's invalidate_local_metadata arriving while the agent closes:
+    # the listen thread serving it needs the agent's lock, so close() must
+    # not hold that lock while it waits for the thread. Gates make the
+    # interleaving exact: the request is held inside the listen thread
+    # until close() is waiting for that thread.
+    import threading
+
+    from nixl._api import nixl_agent, nixl_agent_config
+
+    a = nixl_agent("closing", nixl_agent_config(True, True, 0))
+    peer = nixl_agent("peer", nixl_agent_config())
+    entered, gate, closing = threading.Event(), threading.Event(), threading.Event()
+    serve, listener = a._serve_side, a._listener
+    stop_listener = listener.close
+
+    def held_serve(op, body):
+        entered.set()
+        gate.wait(30)
+        return serve(op, body)
+
+    def announced_close():
+        closing.set()
+        stop_listener()
+
+    a._serve_side, listener.close = held_serve, announced_close
+    try:
+        peer.invalidate_local_metadata("127.0.0.1", a.listen_port)
+        assert entered.wait(10), "the listen thread did not get the request"
+        closer = threading.Thread(target=a.close, daemon=True)
+        closer.start()
+        assert closing.wait(10), "close() did not stop the listen thread"
+        gate.set()
+        closer.join(10)
+        assert not closer.is_alive(), "close() deadlocked with the listen thread"
+        assert a.tent_engine.closed
+    finally:
+        gate.set()
+        peer.close()

@@ -382,11 +382,18 @@ class nixl_agent:  # noqa: N801
     def close(self) -> None:
         """Releases transfers, descriptor lists, registrations, peers and the
         engine. Idempotent."""
+        # The listen thread is stopped first and outside the agent's lock:
+        # a request it is serving (a peer's invalidate or send) takes that
+        # lock, so joining the thread while holding it would deadlock.
         with self._lock:
             if self._engine.closed:
                 return
-            if self._listener is not None:
-                self._listener.close()
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
+        with self._lock:
+            if self._engine.closed:
+                return
             for x in self._xfers.values():
                 if x.batch is not None:
                     _close_quietly(x.batch)
