@@ -673,6 +673,86 @@ static void test_batch_destroyed_while_used(void) {
   free(buf);
 }
 
+/* ---- No write lands after unregister or destroy returned ----------------- */
+
+static tent_engine *writer;
+static tent_segment *writer_seg;
+static unsigned char *writer_buf;
+static uint64_t target_addr;
+static atomic_int writer_stop, writer_attempts[NTHREADS], writer_last;
+
+static void *keep_writing(void *arg) {
+  int id = (int)(intptr_t)arg;
+  while (!atomic_load(&writer_stop)) {
+    tent_request q;
+    memset(&q, 0, sizeof q);
+    q.opcode = TENT_OP_WRITE;
+    q.local_addr = writer_buf + id * 4096;
+    q.segment = writer_seg;
+    q.remote_addr = target_addr + (uint64_t)id * 4096;
+    q.length = 4096;
+    tent_status st = tent_transfer_sync(writer, &q, 1, NULL, NULL);
+    if (!known(st) || st == TENT_PENDING) {
+      fprintf(stderr, "    write into a going target: %d\n", st);
+      CHECK(0);
+    }
+    atomic_store(&writer_last, st);
+    atomic_fetch_add(&writer_attempts[id], 1);
+  }
+  return NULL;
+}
+
+/* Waits until every writer tried at least `more` more times. */
+static void let_writers_run(int more) {
+  for (int i = 0; i < NTHREADS; i++) {
+    int until = atomic_load(&writer_attempts[i]) + more;
+    while (atomic_load(&writer_attempts[i]) < until) sched_yield();
+  }
+}
+
+static void test_no_write_after_release(const char *transports, int destroy) {
+  tent_engine *target = new_engine(transports);
+  writer = new_engine(transports);
+  size_t size = NTHREADS * 4096;
+  writer_buf = aligned_alloc(4096, size);
+  memset(writer_buf, 0xAB, size);
+  unsigned char *tbuf = aligned_alloc(4096, size);
+  memset(tbuf, 0, size);
+  tent_region *wr = NULL, *tr = NULL;
+  CHECK_ST(tent_register(writer, writer_buf, size, "cpu", RW, &wr), TENT_OK);
+  CHECK_ST(tent_register(target, tbuf, size, "cpu", RW, &tr), TENT_OK);
+  target_addr = (uint64_t)(uintptr_t)tbuf;
+  char name[TENT_MAX_NAME_LEN + 1];
+  CHECK_ST(tent_engine_name(target, name, sizeof name, NULL), TENT_OK);
+  CHECK_ST(tent_segment_open(writer, name, &writer_seg), TENT_OK);
+  atomic_store(&writer_stop, 0);
+  pthread_t th[NTHREADS];
+  for (int i = 0; i < NTHREADS; i++) pthread_create(&th[i], NULL, keep_writing, (void *)(intptr_t)i);
+  let_writers_run(20);
+  CHECK(tbuf[0] == 0xAB && tbuf[size - 1] == 0xAB); /* the writes do land before */
+  if (tbuf[size - 1] != 0xAB)
+    fprintf(stderr, "    %s: writes do not land: %s\n", transports, tent_status_str(atomic_load(&writer_last)));
+  tent_status st = TENT_ERR_BUSY;
+  while (st == TENT_ERR_BUSY) st = destroy ? tent_engine_destroy(target) : tent_unregister(target, tr);
+  CHECK_ST(st, TENT_OK);
+  /* From here on the memory is the caller's again: it changes only by us. */
+  memset(tbuf, 0x11, size);
+  let_writers_run(20);
+  atomic_store(&writer_stop, 1);
+  for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
+  size_t changed = 0;
+  for (size_t i = 0; i < size; i++) changed += tbuf[i] != 0x11;
+  if (changed) fprintf(stderr, "    %s, %s: %zu bytes written after it returned\n", transports,
+                       destroy ? "tent_engine_destroy" : "tent_unregister", changed);
+  CHECK_EQ_U64(changed, 0);
+  CHECK_ST(tent_segment_close(writer, writer_seg), TENT_OK);
+  CHECK_ST(tent_unregister(writer, wr), TENT_OK);
+  CHECK_ST(tent_engine_destroy(writer), TENT_OK);
+  if (!destroy) CHECK_ST(tent_engine_destroy(target), TENT_OK);
+  free(writer_buf);
+  free(tbuf);
+}
+
 /* ---- Log callbacks swapped while lines are delivered ---------------------- */
 
 static atomic_int calls_a, calls_b, stop_logging;
@@ -811,6 +891,11 @@ int main(void) {
   test_threads_while_destroying("shm");
   test_threads_while_destroying("tcp");
   test_batch_destroyed_while_used();
+  static const char *const kinds[] = {"local", "shm", "tcp"};
+  for (int k = 0; k < 3; k++) {
+    test_no_write_after_release(kinds[k], 0);
+    test_no_write_after_release(kinds[k], 1);
+  }
   test_callback_swaps();
   CHECK_EQ_U64(process_handles(), base);
   return check_summary("test_badstate");
