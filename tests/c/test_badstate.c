@@ -679,15 +679,16 @@ static tent_engine *writer;
 static tent_segment *writer_seg;
 static unsigned char *writer_buf;
 static uint64_t target_addr;
-static atomic_int writer_stop, writer_attempts[NTHREADS], writer_last;
+static atomic_int writer_stop, writer_attempts[NTHREADS], writer_last, writer_reads, secrets_read;
 
 static void *keep_writing(void *arg) {
   int id = (int)(intptr_t)arg;
   while (!atomic_load(&writer_stop)) {
     tent_request q;
     memset(&q, 0, sizeof q);
-    q.opcode = TENT_OP_WRITE;
+    q.opcode = atomic_load(&writer_reads) ? TENT_OP_READ : TENT_OP_WRITE;
     q.local_addr = writer_buf + id * 4096;
+    if (q.opcode == TENT_OP_READ) memset(q.local_addr, 0, 4096);
     q.segment = writer_seg;
     q.remote_addr = target_addr + (uint64_t)id * 4096;
     q.length = 4096;
@@ -696,6 +697,8 @@ static void *keep_writing(void *arg) {
       fprintf(stderr, "    write into a going target: %d\n", st);
       CHECK(0);
     }
+    if (st == TENT_OK && q.opcode == TENT_OP_READ && writer_buf[id * 4096] == 0x5A)
+      atomic_fetch_add(&secrets_read, 1);
     atomic_store(&writer_last, st);
     atomic_fetch_add(&writer_attempts[id], 1);
   }
@@ -710,7 +713,7 @@ static void let_writers_run(int more) {
   }
 }
 
-static void test_no_write_after_release(const char *transports, int destroy) {
+static void test_no_access_after_release(const char *transports, int destroy, int reads) {
   tent_engine *target = new_engine(transports);
   writer = new_engine(transports);
   size_t size = NTHREADS * 4096;
@@ -726,22 +729,32 @@ static void test_no_write_after_release(const char *transports, int destroy) {
   CHECK_ST(tent_engine_name(target, name, sizeof name, NULL), TENT_OK);
   CHECK_ST(tent_segment_open(writer, name, &writer_seg), TENT_OK);
   atomic_store(&writer_stop, 0);
+  atomic_store(&writer_reads, 0);
+  atomic_store(&secrets_read, 0);
   pthread_t th[NTHREADS];
   for (int i = 0; i < NTHREADS; i++) pthread_create(&th[i], NULL, keep_writing, (void *)(intptr_t)i);
   let_writers_run(20);
   CHECK(tbuf[0] == 0xAB && tbuf[size - 1] == 0xAB); /* the writes do land before */
+  if (reads) {
+    atomic_store(&writer_reads, 1); /* from now on the threads read */
+    let_writers_run(5);
+  }
   if (tbuf[size - 1] != 0xAB)
     fprintf(stderr, "    %s: writes do not land: %s\n", transports, tent_status_str(atomic_load(&writer_last)));
   tent_status st = TENT_ERR_BUSY;
   while (st == TENT_ERR_BUSY) st = destroy ? tent_engine_destroy(target) : tent_unregister(target, tr);
   CHECK_ST(st, TENT_OK);
-  /* From here on the memory is the caller's again: it changes only by us. */
-  memset(tbuf, 0x11, size);
+  /* From here on the memory is the caller's again: it changes only by us,
+   * and what it holds now no peer may read. */
+  memset(tbuf, reads ? 0x5A : 0x11, size);
   let_writers_run(20);
   atomic_store(&writer_stop, 1);
   for (int i = 0; i < NTHREADS; i++) pthread_join(th[i], NULL);
   size_t changed = 0;
-  for (size_t i = 0; i < size; i++) changed += tbuf[i] != 0x11;
+  for (size_t i = 0; i < size; i++) changed += tbuf[i] != (reads ? 0x5A : 0x11);
+  if (atomic_load(&secrets_read))
+    fprintf(stderr, "    %s: %d reads after release returned its new contents\n", transports, atomic_load(&secrets_read));
+  CHECK_EQ_U64(atomic_load(&secrets_read), 0);
   if (changed) fprintf(stderr, "    %s, %s: %zu bytes written after it returned\n", transports,
                        destroy ? "tent_engine_destroy" : "tent_unregister", changed);
   CHECK_EQ_U64(changed, 0);
@@ -893,8 +906,10 @@ int main(void) {
   test_batch_destroyed_while_used();
   static const char *const kinds[] = {"local", "shm", "tcp"};
   for (int k = 0; k < 3; k++) {
-    test_no_write_after_release(kinds[k], 0);
-    test_no_write_after_release(kinds[k], 1);
+    for (int destroy = 0; destroy < 2; destroy++) {
+      test_no_access_after_release(kinds[k], destroy, 0);
+      test_no_access_after_release(kinds[k], destroy, 1);
+    }
   }
   test_callback_swaps();
   CHECK_EQ_U64(process_handles(), base);
