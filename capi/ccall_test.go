@@ -45,6 +45,9 @@ var (
 	cStatusStr            = capitest.StatusStr
 	cTransportName        = capitest.TransportName
 	cVersion              = capitest.Version
+	cSegmentOpen          = capitest.SegmentOpen
+	cSegmentClose         = capitest.SegmentClose
+	cTransferSyncRaw      = capitest.TransferSyncRaw
 )
 
 // mapOptions runs the Go mapping of o alone (no engine is created).

@@ -44,6 +44,23 @@ static tent_status ccall_register_batch(uint64_t e, const uintptr_t *addrs, cons
   return st;
 }
 
+static tent_status ccall_segment_open(uint64_t e, const char *name, uint64_t *id) {
+  tent_segment *s = NULL;
+  tent_status st = tent_segment_open((tent_engine *)(uintptr_t)e, name, &s);
+  if (st == TENT_OK) *id = (uint64_t)(uintptr_t)s;
+  return st;
+}
+
+static tent_status ccall_segment_close(uint64_t e, uint64_t s) {
+  return tent_segment_close((tent_engine *)(uintptr_t)e, (tent_segment *)(uintptr_t)s);
+}
+
+static tent_status ccall_transfer_sync_raw(uint64_t e, uintptr_t reqs, size_t n, uintptr_t opts,
+                                           uintptr_t statuses) {
+  return tent_transfer_sync((tent_engine *)(uintptr_t)e, (const tent_request *)reqs, n,
+                            (const tent_transfer_options *)opts, (tent_request_status *)statuses);
+}
+
 static tent_status ccall_unregister(uint64_t e, uint64_t r) {
   return tent_unregister((tent_engine *)(uintptr_t)e, (tent_region *)(uintptr_t)r);
 }
@@ -468,6 +485,32 @@ func AllocRaw(e uint64, size uint64, addrOut, regionOut uintptr) Result {
 		return C.ccall_alloc_raw(C.uint64_t(e), C.size_t(size), C.uintptr_t(addrOut), C.uintptr_t(regionOut))
 	})
 }
+
+// SegmentOpen opens the segment called name.
+func SegmentOpen(e uint64, name string) (uint64, Result) {
+	cn := C.CString(name)
+	defer C.free(unsafe.Pointer(cn))
+	var id C.uint64_t
+	r := call(func() C.tent_status { return C.ccall_segment_open(C.uint64_t(e), cn, &id) })
+	return uint64(id), r
+}
+
+func SegmentClose(e, s uint64) Result {
+	return call(func() C.tent_status { return C.ccall_segment_close(C.uint64_t(e), C.uint64_t(s)) })
+}
+
+// TransferSyncRaw is tent_transfer_sync with every pointer as given.
+func TransferSyncRaw(e uint64, reqs uintptr, n uint64, opts, statuses uintptr) Result {
+	return call(func() C.tent_status {
+		return C.ccall_transfer_sync_raw(C.uint64_t(e), C.uintptr_t(reqs), C.size_t(n), C.uintptr_t(opts), C.uintptr_t(statuses))
+	})
+}
+
+// SizeofRequest and SizeofRequestStatus are the C struct sizes.
+const (
+	SizeofRequest       = C.sizeof_tent_request
+	SizeofRequestStatus = C.sizeof_tent_request_status
+)
 
 func StatusStr(c status.Code) string { return C.GoString(C.tent_status_str(C.tent_status(c))) }
 
