@@ -391,8 +391,9 @@ def overhead(transport: str = "shm", block_size: int = 65536, batch: int = 128, 
     and ``wait``) beside the same batch through Mooncake's
     ``batch_transfer_sync_write`` and through NIXL's ``make_prepped_xfer`` /
     ``transfer`` / ``check_xfer_state`` / ``release_xfer_handle``, on the
-    same engine and memory, interleaved round by round; the best round of
-    each (least disturbed by other load) and the median."""
+    same engine and memory, interleaved round by round in alternating
+    order; the best round of each (least disturbed by other load) and the
+    median."""
     import statistics
 
     env = {"TENT_COMPAT_TRANSPORTS": transport}
@@ -404,8 +405,12 @@ def overhead(transport: str = "shm", block_size: int = 65536, batch: int = 128, 
             for _ in range(max(5, iters // 4)):
                 f()
         runs: Dict[str, List[float]] = {k: [] for k in fs}
-        for _ in range(rounds):
-            for k, f in fs.items():
+        order = list(fs.items())
+        for r in range(rounds):
+            # alternate the order round by round: the call timed first in a
+            # round runs cache-cold (measured 10-20% slower), and a fixed
+            # order would charge that to one side
+            for k, f in (order if r % 2 == 0 else order[::-1]):
                 t0 = time.perf_counter()
                 for _ in range(iters):
                     f()
