@@ -256,3 +256,48 @@ def test_dlpack_ndim_far_past_its_shape_does_not_crash():
     p = run_python(code)
     assert p.returncode == 0, (p.returncode, p.stderr)
     assert "refused:" in p.stdout and "dimensions" in p.stdout
+
+
+def test_batch_wait_on_a_stopped_peer_is_interrupted_by_ctrl_c():
+    # Batch.wait returns to Python between slices: KeyboardInterrupt (here
+    # _thread.interrupt_main, what SIGINT's handler does) ends it long before
+    # the batch's deadline, and the batch stays usable.
+    import _thread
+    import os
+    import signal
+    import threading
+    import time
+
+    from conftest import Peer
+    from test_processes import wait_until_stopped
+
+    p = Peer(1 << 16)
+    try:
+        with tent.Engine(timeout=5) as e:
+            seg = e.open_segment(p.name)
+            with e.register(np.zeros(1 << 16, np.uint8)) as r:
+                e.write(r, seg, p.addr, transport="tcp")  # connections up
+                os.kill(p.proc.pid, signal.SIGSTOP)
+                wait_until_stopped(p.proc.pid)
+                try:
+                    b = e.transfer([("read", r, seg, p.addr, 1 << 16)], timeout=8, transport="tcp")
+                    waiting = threading.Event()
+
+                    def interrupt():
+                        waiting.wait()
+                        _thread.interrupt_main()
+
+                    threading.Thread(target=interrupt, daemon=True).start()
+                    t0 = time.monotonic()
+                    with pytest.raises(KeyboardInterrupt):
+                        waiting.set()
+                        b.wait()
+                    assert time.monotonic() - t0 < 4, "the wait ran on to the batch's deadline"
+                    assert not b.done
+                    b.close()
+                finally:
+                    os.kill(p.proc.pid, signal.SIGCONT)
+            seg.close()
+            assert leaks(e) == {}
+    finally:
+        p.close()
