@@ -308,3 +308,10 @@ def test_mooncake_http_metadata_server_command_as_mooncakes():
             proc.wait()
         proc.stdout.close()
         proc.stderr.close()
+
+
+def test_an_empty_nixl_telemetry_enable_is_unset(monkeypatch):
+    from nixl._bindings import telemetry_enabled
+
+    monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", " ")
+    assert telemetry_enabled(True) is True and telemetry_enabled(False) is False

@@ -406,7 +406,7 @@ def telemetry_enabled(requested: bool) -> bool:
     is set (yes/no words, as NIXL reads them; it overrides the agent's
     configuration either way), else the configuration's request."""
     raw = os.environ.get("NIXL_TELEMETRY_ENABLE")
-    if raw is None:
+    if raw is None or not raw.strip():  # set but empty: as unset (NIXL would refuse it)
         return requested
     value = raw.strip().lower()
     if value in _TRUE:
