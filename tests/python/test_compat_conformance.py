@@ -315,3 +315,15 @@ def test_an_empty_nixl_telemetry_enable_is_unset(monkeypatch):
 
     monkeypatch.setenv("NIXL_TELEMETRY_ENABLE", " ")
     assert telemetry_enabled(True) is True and telemetry_enabled(False) is False
+
+
+def test_get_engine_is_an_inner_transfer_engine():
+    # Mooncake's module names get_engine()'s class InnerTransferEngine
+    import mooncake.engine as me
+
+    e = me.TransferEngine()
+    try:
+        assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+        assert isinstance(e.get_engine(), me.InnerTransferEngine)
+    finally:
+        e.close()

@@ -85,6 +85,11 @@ _DEFAULT_DEADLINE_S = 30.0
 _PUMP_SLICE_S = 0.02
 
 
+# What get_engine() returns, under the name Mooncake's module gives its
+# engine class (there a C++ TransferEngine, here tent's).
+InnerTransferEngine = tent.Engine
+
+
 class TransferOpcode(enum.IntEnum):
     """Mooncake's opcodes (``TransferEngine.TransferOpcode.Read``/``Write``)."""
 
