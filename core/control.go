@@ -39,7 +39,7 @@ func (e *Engine) serveControl(c net.Conn, _ string) {
 	for {
 		// Idle between requests for as long as the peer likes, but a frame
 		// once begun must arrive within the engine's timeout.
-		typ, payload, err := wire.ReadFrameWithin(c, maxCtlFrame, buf, e.opts.DefaultTimeout)
+		typ, payload, err := wire.ReadFrameWithin(c, c, maxCtlFrame, buf, e.opts.DefaultTimeout)
 		if err != nil {
 			return
 		}

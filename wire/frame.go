@@ -169,16 +169,16 @@ func isTimeout(err error) bool {
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// ReadFrameWithin is ReadFrame on a connection that may stay idle between
-// frames for as long as the peer likes, but on which a frame, once its
-// header arrived, must arrive whole within d: a peer that sends a header
-// and then stalls (or drips the payload) is cut off with a Timeout instead
-// of holding the reader, and its buffer, forever. It leaves no read
-// deadline set on c.
-func ReadFrameWithin(c net.Conn, maxLen uint32, buf []byte, d time.Duration) (typ uint8, payload []byte, err error) {
-	r := &bodyDeadline{c: c, d: d}
-	typ, payload, err = ReadFrame(r, maxLen, buf)
-	if r.set {
+// ReadFrameWithin is ReadFrame from r (c itself, or a buffered reader on
+// c) for a connection c that may stay idle between frames for as long as
+// the peer likes, but on which a frame, once its header arrived, must
+// arrive whole within d: a peer that sends a header and then stalls (or
+// drips the payload) is cut off with a Timeout instead of holding the
+// reader, and its buffer, forever. It leaves no read deadline set on c.
+func ReadFrameWithin(r io.Reader, c net.Conn, maxLen uint32, buf []byte, d time.Duration) (typ uint8, payload []byte, err error) {
+	br := &bodyDeadline{r: r, c: c, d: d}
+	typ, payload, err = ReadFrame(br, maxLen, buf)
+	if br.set {
 		_ = c.SetReadDeadline(time.Time{})
 	}
 	return typ, payload, err
@@ -186,6 +186,7 @@ func ReadFrameWithin(c net.Conn, maxLen uint32, buf []byte, d time.Duration) (ty
 
 // bodyDeadline sets c's read deadline once a frame header has been read.
 type bodyDeadline struct {
+	r    io.Reader
 	c    net.Conn
 	d    time.Duration
 	read int
@@ -193,7 +194,7 @@ type bodyDeadline struct {
 }
 
 func (r *bodyDeadline) Read(p []byte) (int, error) {
-	n, err := r.c.Read(p)
+	n, err := r.r.Read(p)
 	r.read += n
 	if !r.set && r.read >= FrameHeaderSize {
 		r.set = true

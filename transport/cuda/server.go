@@ -197,7 +197,9 @@ func (s *server) serve(c net.Conn, uc *net.UnixConn) {
 	}
 	var buf []byte
 	for {
-		typ, payload, err := wire.ReadFrame(c, maxFrame, buf)
+		// A session idles between calls, but a frame once begun must
+		// arrive within the engine's timeout.
+		typ, payload, err := wire.ReadFrameWithin(c, c, maxFrame, buf, s.e.Options().DefaultTimeout)
 		if err != nil {
 			return
 		}

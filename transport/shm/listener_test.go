@@ -35,3 +35,17 @@ func TestListenerClosesIdleConnection(t *testing.T) {
 	require.NotContains(t, e.Stats().Listeners, "shm")
 	require.Contains(t, e.Stats().Listeners, "engine")
 }
+
+// A connection that begins a frame and stalls is cut off within the
+// engine's timeout, instead of holding the server's goroutine and buffer
+// forever.
+func TestServerCutsOffAHalfFrame(t *testing.T) {
+	_, tr := newEngine(t, core.Options{DefaultTimeout: 300 * time.Millisecond})
+	rc, err := dialRaw(t, tr.addr, nil)
+	require.NoError(t, err)
+	_, err = rc.c.Write([]byte{frameLease, 0, 0, 0, 0, 0, 1, 0, 1, 2, 3})
+	require.NoError(t, err)
+	_ = rc.c.SetReadDeadline(time.Now().Add(20 * time.Second)) // a bound for a broken server, not the wait
+	_, err = io.Copy(io.Discard, rc.c)
+	require.NoError(t, err, "the server should have closed the connection")
+}

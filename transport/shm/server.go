@@ -99,7 +99,9 @@ func (sc *serverConn) serve(p *acceptloop.Pending) {
 		ents []grantEntry
 	)
 	for {
-		typ, payload, err := wire.ReadFrame(br, maxFrame, buf)
+		// Idle between leases, but a frame once begun must arrive
+		// within the engine's timeout.
+		typ, payload, err := wire.ReadFrameWithin(br, sc.c, maxFrame, buf, t.e.Options().DefaultTimeout)
 		if err != nil {
 			return
 		}
