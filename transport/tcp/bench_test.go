@@ -69,6 +69,7 @@ func BenchmarkTransfer(b *testing.B) {
 	b.Run("write/4KiB/batch1/locked", func(b *testing.B) {
 		runtime.LockOSThread()
 		defer runtime.UnlockOSThread()
+		defer reportCallerReads(b, tr)()
 		benchBatches(b, e, seg, peer.PID, core.OpWrite, host.Addr(local), remote, span, 4<<10, 1)
 	})
 	for _, op := range []core.Op{core.OpWrite, core.OpRead} {

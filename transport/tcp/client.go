@@ -55,13 +55,13 @@ type conn struct {
 
 	// The read side (readside.go): the reader goroutine or a waiting
 	// caller reads the replies, one at a time, through rd.
-	rd         *bufReader // set with nc; used only by the holder of the read side
-	reader     readerKind // who holds the read side
-	atBoundary bool       // its holder waits for the next reply's header
-	callers    int        // callers waiting for the reader goroutine to let go
-	kicked     bool       // the read deadline was set in the past to free the read side
-	needReader bool       // replies are due that no caller has promised to read
-	rdCond     sync.Cond  // callers wait on it for the reader goroutine to let go
+	rd         *bufReader    // set with nc; used only by the holder of the read side
+	reader     readerKind    // who holds the read side
+	atBoundary bool          // its holder waits for the next reply's header
+	callers    int           // callers waiting for the reader goroutine to let go
+	kicked     bool          // the read deadline was set in the past to free the read side
+	needReader bool          // replies are due that no caller has promised to read
+	rdCond     sync.Cond     // callers wait on it for the reader goroutine to let go
 	rdWake     chan struct{} // wakes the reader goroutine (capacity 1)
 
 	// Owned by whoever holds writing.
@@ -662,7 +662,6 @@ func (c *conn) readReply(byCaller bool) error {
 	}
 	return nil
 }
-
 
 // clientSource is the reader's view of the socket: it counts bytes and
 // sees through timeouts of a stale deadline.

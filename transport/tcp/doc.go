@@ -128,6 +128,28 @@
 // not take at once is left to the writer. Whoever writes holds the
 // connection's writing flag, so the requests go out in id order either
 // way.
+//
+// The replies of a connection are read by whoever holds its read side
+// (readside.go): its reader goroutine, or a caller blocked in Batch.Wait
+// without a timeout, which the engine lends to the transport
+// (core.Helper). A reply the reader goroutine reads costs two wake-ups
+// (the netpoller wakes the reader, the reader wakes the caller); read by
+// the caller itself, one. The caller takes the read side when it is free,
+// or from the reader goroutine at a reply boundary (it sets the socket's
+// read deadline in the past; the reader lets go when its read times out,
+// and what had arrived of the next header stays in the shared receive
+// buffer); it reads until its batch is done or nothing more is due, and
+// completes the replies of other batches on the way. A caller that finds
+// the reader goroutine inside a reply, or another caller reading, waits as
+// before. Requests submitted with core.TransferOptions.Waiting (their
+// caller waits at once, as tent_transfer_sync does) do not wake the reader
+// goroutine at all; when a caller lets go with nothing due, the reader
+// goroutine takes the idle connection back after a millisecond, so a
+// connection that breaks while idle is still noticed. Cancel kicks a
+// caller blocked reading (its batch may be over while its reply is not
+// in). Stats counts replies_by_reader, replies_by_caller and
+// read_side_kicks.
+//
 // Target: the engine's listener runs one handler per accepted connection;
 // it serves requests in order and writes the collected replies (one
 // writev, READ payloads straight from registered memory, which stays
