@@ -11,6 +11,8 @@ import (
 	"io"
 	"os"
 	"runtime/debug"
+	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/tent-dev/tent/logsink"
@@ -91,6 +93,11 @@ func tentgo_log_set_callback(fn, user C.uintptr_t) (st C.tent_status) {
 		logs.SetWriter(logs.defaultOut)
 		return ok()
 	}
+	// fn is called on every later line, on any thread: a pointer that is
+	// not code would crash the process then, far from the mistake.
+	if err := checkCode(uintptr(fn), "fn"); err != nil {
+		return fail(err)
+	}
 	logs.SetCallback(func(l logsink.Level, line string) {
 		// The C string lives for the call only, as the header says.
 		msg := C.CString(line)
@@ -98,4 +105,35 @@ func tentgo_log_set_callback(fn, user C.uintptr_t) (st C.tent_status) {
 		C.tentshim_call_log(fn, C.int(l), msg, user)
 	})
 	return ok()
+}
+
+// checkCode checks that a is inside an executable mapping of this process
+// (/proc/self/maps). Without /proc it checks only that a is not in the
+// NULL page.
+func checkCode(a uintptr, what string) error {
+	if err := checkAddr(a, 1, what); err != nil {
+		return err
+	}
+	maps, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return nil
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		// "start-end perms offset dev inode path"
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		lo, hi, found := strings.Cut(fields[0], "-")
+		start, err1 := strconv.ParseUint(lo, 16, 64)
+		end, err2 := strconv.ParseUint(hi, 16, 64)
+		if !found || err1 != nil || err2 != nil || uint64(a) < start || uint64(a) >= end {
+			continue
+		}
+		if strings.Contains(fields[1], "x") {
+			return nil
+		}
+		return status.Errorf(status.InvalidArgument, "%s is %#x: not code (its mapping is %s)", what, a, fields[1])
+	}
+	return status.Errorf(status.InvalidArgument, "%s is %#x: not code (no mapping there)", what, a)
 }

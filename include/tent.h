@@ -611,7 +611,9 @@ typedef void (*tent_log_fn)(int level, const char *msg, void *user);
  * from inside fn they return TENT_ERR_BUSY at once (no deadlock), except
  * tent_log_get_level, tent_last_error and the functions that never fail.
  * The library keeps fn and user, never frees user.
- * Errors: BUSY (called from inside a log callback). */
+ * Errors: INVALID_ARGUMENT (fn is not in executable memory of this
+ * process: it would crash the process on the next line), BUSY (called
+ * from inside a log callback). */
 tent_status tent_log_set_callback(tent_log_fn fn, void *user);
 
 #ifdef __cplusplus

@@ -570,6 +570,22 @@ static tent_status c_recv_cap(void *p) {
   return recv_with(bad(K_EDGE), SIZE_MAX, &n, NULL, 0);
 }
 
+/* A function pointer that is not code is refused when it is set, not
+ * called (and crashing) on the next line logged. */
+static tent_status c_log_callback_fn(void *p) {
+  tent_status st = tent_log_set_callback((tent_log_fn)p, NULL);
+  char msg[512];
+  snprintf(msg, sizeof msg, "%s", tent_last_error());
+  tent_log_set_level(TENT_LOG_DEBUG);
+  tent_engine *tmp = NULL;
+  if (tent_engine_create(NULL, &tmp) == TENT_OK) tent_engine_destroy(tmp);
+  tent_log_set_level(TENT_LOG_WARN);
+  tent_log_set_callback(NULL, NULL);
+  snprintf(case_msg, sizeof case_msg, "%s", msg);
+  case_msg_set = 1;
+  return st;
+}
+
 /* ---- The table ----------------------------------------------------------- */
 
 struct entry {
@@ -646,6 +662,7 @@ static const struct entry table[] = {
     {"tent_log_set_level", "level = INT_MAX", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_log_level_big},
     {"tent_log_get_level", "(none)", VALUE, OK_ALL, 0, c_log_get_level},
     {"tent_log_set_callback", "user", PTRS, OK_ALL, 0, c_log_callback_user},
+    {"tent_log_set_callback", "fn (not code)", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_log_callback_fn},
 
     {"tent_segment_open", "name", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_open_name},
     {"tent_segment_open", "segment_out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_open_out},
