@@ -327,3 +327,21 @@ def test_get_engine_is_an_inner_transfer_engine():
         assert isinstance(e.get_engine(), me.InnerTransferEngine)
     finally:
         e.close()
+
+
+def test_nixl_loggers_write_info_to_stdout_as_nixls(monkeypatch, capsys):
+    # NIXL configures its "nixl" logger to print INFO and up on stdout, not
+    # propagating: a program's get_logger(__name__).info(...) lines show
+    from nixl.logging import get_logger
+
+    monkeypatch.setenv("NIXL_LOG_LEVEL", "INFO")
+    log = get_logger("conformance_app")
+    log.info("Test Complete.")
+    out = capsys.readouterr().out
+    assert " NIXL INFO " in out and "Test Complete." in out and "test_compat_conformance.py:" in out
+    assert logging.getLogger("nixl").propagate is False
+    monkeypatch.setenv("NIXL_LOG_LEVEL", "ERROR")
+    get_logger("conformance_app").info("hidden")
+    assert "hidden" not in capsys.readouterr().out
+    monkeypatch.setenv("NIXL_LOG_LEVEL", "INFO")
+    get_logger("conformance_app")  # the level back for the tests after this one

@@ -118,6 +118,8 @@ class Peer:
                 line = self.proc.stdout.readline()
                 if not line:
                     raise EOFError(f"the peer exited ({self.proc.poll()}): {self.stderr()}")
+                if not line.startswith("{"):
+                    continue  # a library's log line (NIXL logs on stdout)
                 return dict(json.loads(line))
 
     def call(self, cmd: str, timeout: Optional[float] = None, **kw: Any) -> Dict[str, Any]:
@@ -528,6 +530,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     o.add_argument("--iters", type=int, default=50)
     o.add_argument("--rounds", type=int, default=8)
     args = p.parse_args(argv)
+    # stdout carries this program's JSON lines: the "nixl" logger (which
+    # NIXL, and so tent's nixl, points at stdout) writes to stderr instead
+    import logging
+
+    logging.getLogger("nixl").addHandler(logging.StreamHandler(sys.stderr))
     if args.role == "overhead":
         print(json.dumps(overhead(args.transport, args.block_size, args.batch, args.iters, args.rounds)))
         return 0

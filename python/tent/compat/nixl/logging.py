@@ -1,12 +1,18 @@
 """``nixl.logging``: ``get_logger(name)`` returns a logger under "nixl"
-(``_api`` -> ``nixl.api``, ``app.mod`` -> ``nixl.app.mod``), its level from ``NIXL_LOG_LEVEL`` (TRACE,
-DEBUG, INFO, WARN, ERROR, FATAL). Unlike NIXL's, it installs no handler:
-lines go wherever the application's logging sends them."""
+(``_api`` -> ``nixl.api``, ``app.mod`` -> ``nixl.app.mod``), configured as
+NIXL configures it: the "nixl" logger writes INFO and above to stdout
+(``<time> NIXL <LEVEL> <file>:<line> <message>``) and does not propagate,
+so a program's ``get_logger(__name__).info(...)`` lines show as with
+NIXL; ``NIXL_LOG_LEVEL`` (TRACE, DEBUG, INFO, WARN, ERROR, FATAL) sets the
+level. An application that already gave the "nixl" logger a handler
+keeps its own."""
 
 from __future__ import annotations
 
 import logging
 import os
+import sys
+from typing import Any
 
 __all__ = ["get_logger", "set_log_level_by_env", "setup_logging"]
 
@@ -25,8 +31,33 @@ def set_log_level_by_env(nixl_logger: logging.Logger) -> None:
     nixl_logger.setLevel(numeric)
 
 
+class _Stdout(logging.StreamHandler):  # type: ignore[type-arg]
+    """A handler on whatever sys.stdout is when a line is written (not the
+    one at setup: test runners and applications replace it)."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stdout)
+        self.setFormatter(logging.Formatter("%(asctime)s NIXL %(levelname)-7s %(filename)s:%(lineno)d %(message)s",
+                                            "%Y-%m-%d %H:%M:%S"))
+
+    @property  # type: ignore[override]
+    def stream(self) -> Any:
+        return sys.stdout
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
 def setup_logging() -> None:
-    set_log_level_by_env(logging.getLogger("nixl"))
+    """Configures the "nixl" logger once (idempotent: the handler is the
+    mark), then applies NIXL_LOG_LEVEL."""
+    nixl_logger = logging.getLogger("nixl")
+    if not nixl_logger.handlers:
+        nixl_logger.addHandler(_Stdout())
+        nixl_logger.setLevel(logging.INFO)
+        nixl_logger.propagate = False
+    set_log_level_by_env(nixl_logger)
 
 
 def get_logger(name: str) -> logging.Logger:
