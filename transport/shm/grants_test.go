@@ -327,6 +327,15 @@ func TestGrantPermissionExact(t *testing.T) {
 			{Op: core.OpWrite, Remote: r.Addr + 1, Len: 1}}, make([]*standing, 2)))
 		require.True(t, c.holdGrants([]*core.Request{{Op: core.OpRead, Remote: r.Addr, Len: n}}, under))
 		c.putGrants(under)
+		// The per-batch lookup allocates nothing.
+		batch := []*core.Request{{Op: core.OpRead, Remote: r.Addr, Len: 64}, {Op: core.OpRead, Remote: r.Addr + 64, Len: 64}}
+		two := make([]*standing, 2)
+		require.Zero(t, testing.AllocsPerRun(100, func() {
+			if !c.holdGrants(batch, two) {
+				panic("miss")
+			}
+			c.putGrants(two)
+		}))
 	})
 
 	t.Run("read-write region, asked to read", func(t *testing.T) {
