@@ -62,6 +62,37 @@
 //	4 REVOKE  target -> initiator push, no answer
 //	  u32 count <= 4096, count x u64 alloc id   unmap these allocations
 //
+//	5 LEASE_CACHED  initiator -> target: the payload of LEASE; the
+//	                initiator accepts standing grants with the answer
+//
+//	6 GRANT_CACHED  target -> initiator, answering one LEASE_CACHED: the
+//	                payload of GRANT with the standing grants between the
+//	                descriptor list and the entries:
+//	  ... u32 nfds and the descriptors, as GRANT
+//	  u32 nstanding     <= 4096, then per standing grant:
+//	    u64 grant id    unique per connection, never 0
+//	    u64 base        the target region's address
+//	    u64 len         the region's length, > 0, base+len does not wrap
+//	    u8  perm        bit 0 remote read, bit 1 remote write; not 0,
+//	                    other bits rejected
+//	    u64 alloc id    the allocation copies under it go through (a
+//	                    descriptor this connection received), 0: process_vm
+//	  u32 count and the entries, as GRANT
+//
+//	7 REVOKE_GRANT  target -> initiator, answered by REVOKE_ACK
+//	  u64 seq           unique per connection
+//	  u32 count         1 <= count <= 4096, count x u64 grant id
+//
+//	8 REVOKE_ACK    initiator -> target
+//	  u64 seq           of the REVOKE_GRANT whose grants are gone: no copy
+//	                    runs or will start under them
+//
+// Types 1 to 4 keep their layout, and a target answers a LEASE with a
+// GRANT as before, so an initiator that sends only those is served as it
+// always was. An initiator of this version sends LEASE_CACHED, which a
+// target of an earlier version does not know (it closes the connection):
+// both ends of a host run the same library.
+//
 // Frames are at most maxFrame bytes; anything malformed (unknown type or
 // op, bad counts, trailing bytes, a duplicate lease id, fewer descriptors
 // than announced, a control message other than SCM_RIGHTS, truncated
@@ -70,8 +101,9 @@
 //
 // # Lease lifecycle
 //
-// Each Submit call becomes one job; the job sends one LEASE per run of at
-// most 4096 requests to one peer (normally exactly one per batch). The
+// Each Submit call becomes one job; the job sends one LEASE_CACHED per run
+// of at most 4096 requests to one peer (normally exactly one per batch),
+// unless the run is covered by standing grants (below). The
 // target checks every entry with Engine.Acquire(addr, len,
 // AccessRemoteRead/Write) — registered, inside one region, permitted, not
 // being unregistered — which also pins the region, so the target's
@@ -85,6 +117,60 @@
 // complete with that code, which the engine does not retry. The initiator
 // copies only granted entries, then sends RELEASE without waiting, then
 // completes the requests.
+//
+// # Standing grants
+//
+// A LEASE_CACHED is checked and pinned exactly as a LEASE. With its
+// answer the target may make standing grants: one per (connection,
+// region, permission) for the regions it granted entries in, covering the
+// region's exact range [base, base+len) and the permissions the lease
+// used there (read, write or both) — never more than the region allows
+// remotely (Engine.Acquire checked every entry) nor more than was asked.
+// A region asked to read and later to write gets a read grant and then a
+// write grant. The target's check thus happens once per grant instead of
+// once per batch. A connection holds at most 4096 standing grants; past
+// that, and while the transport shuts down, the target answers with the
+// lease alone. The target records a grant, and writes the frame that
+// announces it, under the connection's write lock and while the lease's
+// pin holds the region: the region cannot reach UnregisterMemory before
+// the grant is recorded, and its REVOKE_GRANT cannot precede the
+// announcement on the stream.
+//
+// The initiator caches the grants of each connection in a slice sorted
+// by base, installed by the reader before it reads the next frame. A
+// batch (one lease run) whose every request lies inside a live grant with
+// the permission it needs takes a reference on those grants and copies at
+// once — through the mapping the grant names, or process_vm, as under a
+// lease — and sends nothing; the lookup is a binary search under the
+// connection's grant lock and allocates nothing. Any other batch asks with
+// a LEASE_CACHED as before (a miss costs the round trip, never
+// correctness). Stats: grant_hits and grant_misses count lease runs,
+// grants_cached the grants live here, grants the grants peers hold on this
+// engine's memory (both back to zero with the connections).
+//
+// Revocation is synchronous. Engine.UnregisterBatch (and Free, which
+// unregisters first) refuses new Acquires on the regions, waits until no
+// pin holds them, and then calls UnregisterMemory before it returns.
+// There the target takes the regions' grants out of every connection,
+// sends REVOKE_GRANT on each connection that held one, and waits for each
+// REVOKE_ACK or for that connection's death (a killed initiator: the
+// kernel closes its socket), at most UnregisterTimeout (on top of the wait
+// for pins). The initiator's reader, on REVOKE_GRANT, removes the grants
+// from its cache (no lookup finds them), marks them dead (no copy step
+// starts under them: checked before each request, each 16 MiB step and
+// each process_vm call, such a copy fails with NotRegistered), waits for
+// the copies holding a reference on them to end (a reference count and a
+// condition variable, no sleeps), and only then sends REVOKE_ACK. So when
+// tent_unregister or tent_free returns, no copy under a revoked grant runs
+// or can start. A connection that has not acknowledged by the timeout
+// (a stuck or dishonest initiator) is closed, which ends its leases and
+// grants on the target; the unregister completes without hanging, and
+// that initiator's next batch reconnects and is checked afresh. The
+// descriptor REVOKE of freed allocations follows the grant revokes.
+// Uninstall revokes every grant the same way before it waits for leases.
+// Stats: revokes_sent and revokes_acked count REVOKE_GRANT frames and
+// their acknowledgements, revoke_timeouts the connections closed for want
+// of one, grants_revoked the grants an initiator gave back.
 //
 // The target releases a lease on RELEASE, when its connection closes (a
 // dead or killed initiator: the kernel closes the socket), and when its
@@ -217,7 +303,13 @@
 // the system when every mapping is gone (no other data ever lands in it).
 // A lease taken back at its deadline cannot stop a
 // process_vm call already running in a stopped initiator; the grace
-// period bounds that window for a live one. Peer pids come from the
+// period bounds that window for a live one. Standing grants revoke the
+// same way, cooperatively: the REVOKE_ACK is the initiator's word that no
+// copy runs under them, and a process with ptrace permission could go on
+// with process_vm after it, as it could without tent. Against an honest
+// but stuck initiator the target closes the connection at
+// UnregisterTimeout, which stops its next copy step (each checks its
+// connection), not a step in progress. Peer pids come from the
 // kernel (SO_PEERCRED), not from descriptors, so a lying descriptor cannot
 // aim process_vm at a third process.
 package shm
