@@ -580,3 +580,50 @@ func TestGrantStress(t *testing.T) {
 		runtime.KeepAlive(s.mem)
 	}
 }
+
+// The target's Uninstall takes its standing grants back like Unregister:
+// it waits for a copy parked under one, and the initiator acknowledges.
+func TestGrantRevokedOnUninstall(t *testing.T) {
+	const n = 4096
+	p := newGrantPair(t, core.Options{}, n)
+	mem, r := p.heapRegion(t, n, rw, 0)
+	code, err := p.one(t, core.OpWrite, 0, r.Addr, n)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.EqualValues(t, 1, p.ttr.Stats()["grants"])
+
+	entered, release := make(chan struct{}, 1), make(chan struct{})
+	var releaseOnce sync.Once
+	let := func() { releaseOnce.Do(func() { close(release) }) }
+	t.Cleanup(let)
+	hook := func() {
+		entered <- struct{}{}
+		<-release
+	}
+	p.tr.hooks.inCachedCopy.Store(&hook)
+	copy(p.local, peertest.Pattern(6, n))
+	b, err := p.e.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(p.local), Segment: p.seg,
+		Remote: r.Addr, Len: n}}, core.TransferOptions{})
+	require.NoError(t, err)
+	<-entered
+	p.tr.hooks.inCachedCopy.Store(nil)
+
+	uninstalled := make(chan error, 1)
+	go func() { uninstalled <- p.target.Uninstall("shm") }()
+	require.Eventually(t, func() bool { return p.ttr.Stats()["revokes_sent"] == 1 }, 10*time.Second, time.Millisecond)
+	select {
+	case err := <-uninstalled:
+		t.Fatalf("Uninstall returned (%v) while a copy under a grant was parked", err)
+	default:
+	}
+	let()
+	code, werr := b.Wait(10 * time.Second)
+	require.Equal(t, status.OK, code, "%v", werr)
+	p.e.ReleaseBatch(b)
+	require.NoError(t, <-uninstalled)
+	require.Equal(t, peertest.Pattern(6, n), mem)
+	st := p.ttr.Stats()
+	require.EqualValues(t, 1, st["revokes_acked"])
+	require.Zero(t, st["revoke_timeouts"])
+	requireIdle(t, p.ttr, false)
+	require.Eventually(t, func() bool { return p.tr.Stats()["grants_cached"] == 0 }, 10*time.Second, time.Millisecond)
+}
