@@ -82,6 +82,7 @@ void tent_cu_load(const char *path, tent_cu_load_result *out) {
 	OPT(cuDeviceTotalMem, "cuDeviceTotalMem_v2", NULL);
 	OPT(cuPointerGetAttributes, "cuPointerGetAttributes", NULL);
 	OPT(cuLaunchHostFunc, "cuLaunchHostFunc", NULL);
+	OPT(cuMemGetHandleForAddressRange, "cuMemGetHandleForAddressRange", NULL);
 
 	OPT(cuMemGetAllocationGranularity, "cuMemGetAllocationGranularity", NULL);
 	OPT(cuMemCreate, "cuMemCreate", NULL);
@@ -430,6 +431,15 @@ CUresult tent_cu_stream_destroy(const tent_cu_api *a, CUcontext ctx, CUstream s)
 
 CUresult tent_cu_stream_sync(const tent_cu_api *a, CUcontext ctx, CUstream s) {
 	WITH_CTX(a, ctx, a->cuStreamSynchronize(s));
+}
+
+// CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+#define TENT_CU_DMA_BUF_FD 1
+
+CUresult tent_cu_dmabuf_fd(const tent_cu_api *a, CUcontext ctx, CUdeviceptr p, unsigned long long size, int *fd) {
+	*fd = -1;
+	if (a->cuMemGetHandleForAddressRange == NULL) return CUDA_ERROR_NOT_SUPPORTED;
+	WITH_CTX(a, ctx, a->cuMemGetHandleForAddressRange(fd, p, (size_t)size, TENT_CU_DMA_BUF_FD, 0));
 }
 
 static void host_trampoline(void *user) { tentCudaHostFn(user); }

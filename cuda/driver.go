@@ -38,6 +38,8 @@ type Features struct {
 	// CU_MEM_HANDLE_TYPE_FABRIC. Each device must still report support
 	// (DeviceInfo.Fabric), and the node must be part of an NVLink fabric.
 	Fabric bool `json:"fabric"`
+	// DMABuf: cuMemGetHandleForAddressRange (DMABufFD).
+	DMABuf bool `json:"dmabuf"`
 	// HostFunc: cuLaunchHostFunc (Stream.LaunchHostFunc).
 	HostFunc bool `json:"host_func"`
 	// PointerAttributes: cuPointerGetAttributes (the plural query).
@@ -169,6 +171,7 @@ func load(path string) (*Driver, error) {
 		RetainAllocationHandle: res.has_vmm != 0 && a.cuMemRetainAllocationHandle != nil,
 		Fabric:                 res.has_vmm != 0 && d.version >= 12030,
 		HostFunc:               a.cuLaunchHostFunc != nil,
+		DMABuf:                 a.cuMemGetHandleForAddressRange != nil,
 		PointerAttributes:      a.cuPointerGetAttributes != nil,
 		UUID:                   a.cuDeviceGetUuid != nil,
 	}

@@ -124,7 +124,7 @@ func TestDevices(t *testing.T) {
 	require.Equal(t, 3, d.DeviceCount())
 	require.Equal(t, 12080, d.Version())
 	require.Equal(t, "12.8", d.VersionString())
-	require.Equal(t, cuda.Features{VMM: true, RetainAllocationHandle: true, Fabric: true, HostFunc: true,
+	require.Equal(t, cuda.Features{VMM: true, RetainAllocationHandle: true, Fabric: true, DMABuf: true, HostFunc: true,
 		PointerAttributes: true, UUID: true}, d.Features())
 	for i := 0; i < 3; i++ {
 		info, err := d.Device(i)

@@ -248,6 +248,9 @@ typedef struct tent_cu_api {
 	CUresult (*cuDeviceTotalMem)(size_t *bytes, CUdevice dev); /* _v2 */
 	CUresult (*cuPointerGetAttributes)(unsigned int n, int *attrs, void **data, CUdeviceptr ptr);
 	CUresult (*cuLaunchHostFunc)(CUstream s, CUhostFn fn, void *userData);
+	/* CUDA 11.7+: a dmabuf fd for a range of device memory */
+	CUresult (*cuMemGetHandleForAddressRange)(void *handle, CUdeviceptr p, size_t size, int type,
+	                                          unsigned long long flags);
 
 	/* virtual memory management: all or nothing (see tent_cu_load) */
 	CUresult (*cuMemGetAllocationGranularity)(size_t *gran, const CUmemAllocationProp *prop, int option);
@@ -372,6 +375,9 @@ CUresult tent_cu_stream_create(const tent_cu_api *a, CUcontext ctx, unsigned int
 CUresult tent_cu_stream_destroy(const tent_cu_api *a, CUcontext ctx, CUstream s);
 CUresult tent_cu_stream_sync(const tent_cu_api *a, CUcontext ctx, CUstream s);
 CUresult tent_cu_launch_host_func(const tent_cu_api *a, CUcontext ctx, CUstream s, void *user);
+/* cuMemGetHandleForAddressRange as a dmabuf fd (*fd = -1 on failure);
+ * CUDA_ERROR_NOT_SUPPORTED when the driver lacks it. */
+CUresult tent_cu_dmabuf_fd(const tent_cu_api *a, CUcontext ctx, CUdeviceptr p, unsigned long long size, int *fd);
 CUresult tent_cu_event_create(const tent_cu_api *a, CUcontext ctx, unsigned int flags, CUevent *e);
 CUresult tent_cu_event_record(const tent_cu_api *a, CUcontext ctx, CUevent e, CUstream s);
 CUresult tent_cu_event_query(const tent_cu_api *a, CUcontext ctx, CUevent e);

@@ -484,6 +484,22 @@ func (d *Driver) AddressRange(addr uint64) (base, size uint64, err error) {
 	return uint64(b), uint64(s), nil
 }
 
+// DMABufFD is cuMemGetHandleForAddressRange with a dmabuf fd handle: a
+// file descriptor for [addr, addr+size) of device memory, which the caller
+// closes. addr and size must be multiples of the host page size. A driver
+// without the call (before CUDA 11.7) answers UNSUPPORTED.
+func (d *Driver) DMABufFD(addr, size uint64) (int, error) {
+	ctx, err := d.ctxFor(addr)
+	if err != nil {
+		return -1, err
+	}
+	var fd C.int
+	if r := C.tent_cu_dmabuf_fd(d.api, ctx, C.CUdeviceptr(addr), C.ulonglong(size), &fd); r != 0 {
+		return -1, d.fail(r, "cuMemGetHandleForAddressRange(%#x, %d, DMA_BUF_FD)", addr, size)
+	}
+	return int(fd), nil
+}
+
 // ctxFor is the context of the device owning addr, else anyCtx.
 func (d *Driver) ctxFor(addr uint64) (C.CUcontext, error) {
 	var o C.tent_cu_ptr_info

@@ -42,6 +42,16 @@ type Verifier interface {
 	Verify(addr, n uint64, kind string, dev int) error
 }
 
+// DMABufExporter is implemented by kinds whose memory a device (an RDMA
+// NIC) can import as a dmabuf: GPU memory, through the CUDA driver's
+// cuMemGetHandleForAddressRange.
+type DMABufExporter interface {
+	// DMABuf exports a range covering [addr, addr+n) as a dmabuf: fd, which
+	// the caller closes, and offset, where addr lies in it. An error says
+	// why not (UNSUPPORTED: the driver cannot).
+	DMABuf(addr, n uint64) (fd int, offset uint64, err error)
+}
+
 // Allocation is memory a Kind allocated.
 type Allocation struct {
 	Addr uint64

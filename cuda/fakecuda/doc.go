@@ -45,6 +45,11 @@
 //     cuMemAddressFree munmaps. Copies are memmove (the asynchronous ones
 //     too); streams and events are bookkeeping; cuEventQuery answers
 //     CUDA_SUCCESS; cuLaunchHostFunc runs the function at once.
+//   - cuMemGetHandleForAddressRange with a dmabuf fd handle returns a new
+//     memfd named fakecuda-dmabuf:<addr>:<size> (hex) for a page-aligned
+//     range inside one mapping or cuMemAlloc block; the fake libibverbs
+//     reads the range back from the name (ibv_reg_dmabuf_mr), and
+//     fakecuda_device_of tells it device memory (ibv_reg_mr).
 //   - Pointer attributes come from the fake's tables: an address inside a
 //     mapping or a cuMemAlloc block is device memory of its device.
 //   - Everything runs under one mutex, so it is thread-safe.

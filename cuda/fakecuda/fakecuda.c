@@ -796,6 +796,38 @@ EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *base, size_t *size, CUdevic
 	OUT(CUDA_SUCCESS);
 }
 
+/* cuMemGetHandleForAddressRange (CUDA 11.7+) with
+ * CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD: a new memfd named
+ * "fakecuda-dmabuf:<addr>:<size>" (hex) stands for the range; the fake
+ * libibverbs reads the range back from the name in ibv_reg_dmabuf_mr. The
+ * range must be page aligned and lie in one mapping with read access or
+ * one cuMemAlloc block. The caller owns (closes) the fd. */
+EXPORT CUresult cuMemGetHandleForAddressRange(void *handle, CUdeviceptr p, size_t size, int type,
+					      unsigned long long flags) {
+	ENTER("cuMemGetHandleForAddressRange");
+	unsigned long long ps = (unsigned long long)sysconf(_SC_PAGESIZE);
+	if (handle == NULL || type != 1 || flags != 0 || size == 0 || p % ps != 0 || size % ps != 0)
+		OUT(CUDA_ERROR_INVALID_VALUE);
+	struct ptr_desc d = describe_ptr(p);
+	if (!d.known || !(d.prot & PROT_R) || p + size > d.map_base + d.map_size) OUT(CUDA_ERROR_INVALID_VALUE);
+	char name[96];
+	snprintf(name, sizeof name, "fakecuda-dmabuf:%llx:%zx", p, size);
+	int fd = (int)syscall(SYS_memfd_create, name, 1U /* MFD_CLOEXEC */);
+	if (fd < 0) OUT(CUDA_ERROR_OUT_OF_MEMORY);
+	*(int *)handle = fd;
+	cnt.exported_fds++;
+	OUT(CUDA_SUCCESS);
+}
+
+/* The device p is memory of (a mapping or a cuMemAlloc block), else -1:
+ * how the fake libibverbs tells GPU memory handed to ibv_reg_mr. */
+EXPORT int fakecuda_device_of(unsigned long long p) {
+	lock();
+	struct ptr_desc d = describe_ptr(p);
+	unlock();
+	return d.known ? d.dev : -1;
+}
+
 /* ---- virtual memory management ---- */
 
 #ifndef FAKECUDA_NO_VMM

@@ -58,6 +58,8 @@ void fakecuda_config(int devices, unsigned long long granularity, int fabric);
 
 /* Writes a description of the live objects into buf (for test failures). */
 void fakecuda_describe(char *buf, int len);
+/* The device p is memory of, or -1. */
+int fakecuda_device_of(unsigned long long p);
 
 #ifdef __cplusplus
 }

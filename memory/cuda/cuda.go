@@ -1,6 +1,7 @@
 package cuda
 
 import (
+	"os"
 	"strconv"
 
 	cu "github.com/tent-dev/tent/cuda"
@@ -152,6 +153,23 @@ func (m *Memory) Alloc(size uint64, dev int) (*memory.Allocation, error) {
 			return nil
 		},
 	}, nil
+}
+
+// DMABuf exports the host pages covering [addr, addr+n) of GPU memory as a
+// dmabuf (cuMemGetHandleForAddressRange wants page-aligned ranges): the
+// fd, which the caller closes, and addr's offset in it.
+func (m *Memory) DMABuf(addr, n uint64) (int, uint64, error) {
+	if !m.d.Features().DMABuf {
+		return -1, 0, status.Errorf(status.Unsupported, "the CUDA driver has no cuMemGetHandleForAddressRange (CUDA 11.7+)")
+	}
+	page := uint64(os.Getpagesize())
+	base := addr &^ (page - 1)
+	end := (addr + n + page - 1) &^ (page - 1)
+	fd, err := m.d.DMABufFD(base, end-base)
+	if err != nil {
+		return -1, 0, err
+	}
+	return fd, addr - base, nil
 }
 
 // CopyOut copies len(dst) bytes of GPU memory at src into dst.

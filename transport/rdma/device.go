@@ -24,6 +24,9 @@ type (
 	}
 	devPD interface {
 		RegMR(addr uintptr, length uint64, acc access) (devMR, error)
+		// RegDmabufMR registers length bytes at offset of the dmabuf fd,
+		// addressed as iova in work requests.
+		RegDmabufMR(offset, length uint64, iova uint64, fd int, acc access) (devMR, error)
 		CreateRCQP(cq devCQ, caps qpCaps) (devQP, error)
 		Dealloc() error
 	}
@@ -115,6 +118,14 @@ type verbsPD struct{ pd *verbs.PD }
 
 func (v verbsPD) RegMR(addr uintptr, length uint64, acc access) (devMR, error) {
 	mr, err := v.pd.RegMR(addr, length, verbs.Access(acc))
+	if err != nil {
+		return nil, err
+	}
+	return mr, nil
+}
+
+func (v verbsPD) RegDmabufMR(offset, length uint64, iova uint64, fd int, acc access) (devMR, error) {
+	mr, err := v.pd.RegDmabufMR(offset, length, iova, fd, verbs.Access(acc))
 	if err != nil {
 		return nil, err
 	}

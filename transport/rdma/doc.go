@@ -9,7 +9,9 @@
 //
 //   - registration: RegisterMemory registers each region on every NIC the
 //     transport opened (all or nothing), with remote access exactly the
-//     region's permissions; UnregisterMemory deregisters before it returns,
+//     region's permissions; GPU memory as a dmabuf of the engine's GPU
+//     memory kind, else by its device pointer (peer memory), else not at
+//     all (tcp stages it); UnregisterMemory deregisters before it returns,
 //     so the rkeys die with the registration;
 //   - the descriptor: Attachments publishes, per region, each NIC's rkey
 //     and which NICs are near the region's memory; Endpoints publishes the

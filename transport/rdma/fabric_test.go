@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"syscall"
 
 	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/transport/rdma/verbs"
@@ -94,6 +95,11 @@ func (c *fabricCtx) Close() error { c.f.set(func(f *fabric) { f.live.Contexts-- 
 type fabricPD struct {
 	f   *fabric
 	dev string
+}
+
+// The in-process fabric has no dmabuf support (the fake libibverbs does).
+func (p *fabricPD) RegDmabufMR(uint64, uint64, uint64, int, access) (devMR, error) {
+	return nil, syscall.EOPNOTSUPP
 }
 
 func (p *fabricPD) RegMR(addr uintptr, length uint64, acc access) (devMR, error) {

@@ -102,7 +102,7 @@ func endpointOf(d *wire.SegmentDesc) string {
 // routeFor plans r: the local NICs near its memory, the peer's NICs near
 // its region, and the keys of both. ok is false when rdma cannot serve r.
 func (t *Transport) routeFor(r *core.Request) (route, bool) {
-	if t.why != "" || endpointOf(r.Desc) == "" || r.LocalRegion == nil || !servable(r.LocalRegion) {
+	if t.why != "" || endpointOf(r.Desc) == "" || r.LocalRegion == nil {
 		return route{}, false
 	}
 	lkeys := t.lkeys(r.LocalRegion)
@@ -123,7 +123,7 @@ func (t *Transport) routeFor(r *core.Request) (route, bool) {
 	if len(near) == 0 {
 		near = all
 	}
-	local := nicsFor(t.infos(), r.LocalRegion.Loc.Device)
+	local := nicsFor(t.infos(), numaOf(r.LocalRegion.Loc))
 	n := max(len(local), len(near))
 	rt := route{pairs: make([]nicPair, n)}
 	for i := range n {

@@ -3,15 +3,34 @@ package rdma
 import (
 	"errors"
 	"fmt"
+	"strings"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/memory"
 	"github.com/tent-dev/tent/status"
 	"github.com/tent-dev/tent/wire"
 )
 
-// registration is one region's memory regions, one per NIC (index = NIC).
+// registration is one region's memory regions, one per NIC (index = NIC),
+// and how they were made.
 type registration struct {
-	mrs []devMR
+	mrs  []devMR
+	path regPath
+}
+
+// regPath is how a region's memory was registered with the NICs.
+type regPath int
+
+const (
+	pathHost    regPath = iota // ibv_reg_mr on host memory
+	pathDMABuf                 // GPU memory: ibv_reg_dmabuf_mr on the CUDA driver's dmabuf fd
+	pathPeerMem                // GPU memory: ibv_reg_mr on the device pointer (nvidia-peermem)
+)
+
+func (p regPath) String() string {
+	return [...]string{"host", "dmabuf", "peermem"}[p]
 }
 
 // accessFor is the access a region's MRs get: local write always (an RDMA
@@ -29,15 +48,12 @@ func accessFor(p core.Perm) access {
 	return a
 }
 
-// servable reports whether the transport registers r: host memory only
-// (GPU memory needs dmabuf or peer-memory registration, not built yet;
-// tcp staging serves it).
-func servable(r *core.Region) bool { return !r.Loc.IsCUDA() }
-
 // RegisterMemory registers each region on every NIC. All or nothing: if a
 // registration fails on NIC k (or panics), the MRs already made for the
 // batch, NICs 0..k-1 of this region included, are deregistered before it
-// returns, and the engine releases its reservation.
+// returns, and the engine releases its reservation. GPU memory is tried
+// as a dmabuf, then as a device pointer (registerGPU); memory that no path
+// registers is left to the other transports (tcp stages it), not an error.
 func (t *Transport) RegisterMemory(regions []*core.Region) (err error) {
 	if t.why != "" {
 		return nil
@@ -54,18 +70,16 @@ func (t *Transport) RegisterMemory(regions []*core.Region) (err error) {
 		}
 	}()
 	for _, r := range regions {
-		if !servable(r) {
-			continue
-		}
 		reg := &registration{}
 		made[r] = reg
-		for _, n := range t.nics {
-			mr, err := t.regMR(n, r)
-			if err != nil {
-				return status.Errorf(status.TransportError, "rdma: registering [%#x, %#x) on %s: %v",
-					r.Addr, r.End(), n.info.Name, err)
+		if r.Loc.IsCUDA() {
+			if !t.registerGPU(r, reg) {
+				delete(made, r)
 			}
-			reg.mrs = append(reg.mrs, mr)
+			continue
+		}
+		if err := t.regAll(r, reg, t.regMR); err != nil {
+			return err
 		}
 	}
 	t.mu.Lock()
@@ -78,12 +92,70 @@ func (t *Transport) RegisterMemory(regions []*core.Region) (err error) {
 	return nil
 }
 
-// regMR is one ibv_reg_mr, behind the test hook that lets a test panic in
-// the middle of a batch.
-func (t *Transport) regMR(n *nic, r *core.Region) (devMR, error) {
-	if t.opts.beforeRegMR != nil {
-		t.opts.beforeRegMR(n.idx)
+// registerGPU registers GPU memory on every NIC by the first path that
+// works on all of them: a dmabuf from the engine's GPU memory kind
+// (ibv_reg_dmabuf_mr; needs CUDA 11.7+, a kernel and NIC with dmabuf
+// support), else ibv_reg_mr on the device pointer (needs nvidia-peermem).
+// A path that fails on some NIC is undone before the next is tried; false
+// when none works, with nothing left registered.
+func (t *Transport) registerGPU(r *core.Region, reg *registration) bool {
+	var why []string
+	if exp, ok := t.e.Memory().Kind(r.Loc.Kind).(memory.DMABufExporter); ok {
+		err := t.regDMABuf(r, reg, exp)
+		if err == nil {
+			reg.path = pathDMABuf
+			return true
+		}
+		why = append(why, "dmabuf: "+err.Error())
+	} else {
+		why = append(why, "dmabuf: the engine's "+r.Loc.Kind+" memory cannot export one")
 	}
+	err := t.regAll(r, reg, t.regMR)
+	if err == nil {
+		reg.path = pathPeerMem
+		return true
+	}
+	why = append(why, "device pointer: "+err.Error())
+	t.e.Logger().Debug("rdma: GPU memory not registered with the NICs; other transports serve it",
+		"region", fmt.Sprintf("[%#x, %#x)", r.Addr, r.End()), "location", r.Loc.String(), "why", strings.Join(why, "; "))
+	return false
+}
+
+// regDMABuf registers r on every NIC from one dmabuf of r's memory; the fd
+// is closed once the MRs hold the dmabuf. On error no MR is left.
+func (t *Transport) regDMABuf(r *core.Region, reg *registration, exp memory.DMABufExporter) error {
+	fd, off, err := exp.DMABuf(r.Addr, r.Len)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = unix.Close(fd) }()
+	return t.regAll(r, reg, func(n *nic, r *core.Region) (devMR, error) {
+		return n.pd.RegDmabufMR(off, r.Len, r.Addr, fd, accessFor(r.Perm))
+	})
+}
+
+// regAll makes one MR per NIC with reg1, each behind the test hook that
+// lets a test panic in the middle of a batch. On error the region's MRs
+// made so far are deregistered (a panic leaves them to the batch's
+// rollback).
+func (t *Transport) regAll(r *core.Region, reg *registration, reg1 func(*nic, *core.Region) (devMR, error)) error {
+	for _, n := range t.nics {
+		if t.opts.beforeRegMR != nil {
+			t.opts.beforeRegMR(n.idx)
+		}
+		mr, err := reg1(n, r)
+		if err != nil {
+			_ = reg.dereg()
+			return status.Errorf(status.TransportError, "rdma: registering [%#x, %#x) on %s: %v",
+				r.Addr, r.End(), n.info.Name, err)
+		}
+		reg.mrs = append(reg.mrs, mr)
+	}
+	return nil
+}
+
+// regMR is one ibv_reg_mr of r's memory.
+func (t *Transport) regMR(n *nic, r *core.Region) (devMR, error) {
 	return n.pd.RegMR(uintptr(r.Addr), r.Len, accessFor(r.Perm))
 }
 
@@ -155,7 +227,7 @@ func (t *Transport) Attachments(r *core.Region) []wire.Attachment {
 		return nil
 	}
 	near := map[int]bool{}
-	for _, i := range nicsFor(t.infos(), r.Loc.Device) {
+	for _, i := range nicsFor(t.infos(), numaOf(r.Loc)) {
 		near[i] = true
 	}
 	keys := make([]remoteKey, len(rkeys))

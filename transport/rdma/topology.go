@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/tent-dev/tent/core"
 )
 
 // nicInfo is one NIC as the transport chooses among them.
@@ -45,6 +47,16 @@ func looksLikePCI(s string) bool {
 	}
 	dev, fn, ok := strings.Cut(parts[2], ".")
 	return ok && len(dev) == 2 && len(fn) == 1
+}
+
+// numaOf is the NUMA node of host memory at loc (cpu:N), else -1: GPU
+// memory's NIC affinity (its PCI switch) is not looked up yet, so every NIC
+// serves it.
+func numaOf(loc core.Location) int {
+	if loc.IsCUDA() {
+		return -1
+	}
+	return loc.Device
 }
 
 // nicsFor lists the indexes of the NICs to use for memory on NUMA node numa

@@ -230,6 +230,13 @@ func (t *Transport) Stats() map[string]int64 {
 	s["inflight"] = inflight
 	t.mu.Lock()
 	s["regions"] = int64(len(t.regs))
+	// GPU regions by how they were registered (host regions are the rest).
+	s["gpu_regions.dmabuf"], s["gpu_regions.peermem"] = 0, 0
+	for _, reg := range t.regs {
+		if reg.path != pathHost {
+			s["gpu_regions."+reg.path.String()]++
+		}
+	}
 	t.mu.Unlock()
 	return s
 }

@@ -40,6 +40,8 @@ const (
 	FailEnv      = "FAKEVERBS_FAIL"
 	LinkLayerEnv = "FAKEVERBS_LINK_LAYER"
 	SysfsEnv     = "FAKEVERBS_SYSFS"
+	CUDAEnv      = "FAKEVERBS_CUDA"
+	PeerMemEnv   = "FAKEVERBS_PEERMEM"
 )
 
 // sourceDir is csrc next to this file, found at run time so that tests of

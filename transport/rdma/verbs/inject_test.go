@@ -1,9 +1,14 @@
 package verbs_test
 
 import (
+	"fmt"
 	"os"
+	"runtime"
 	"syscall"
 	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/stretchr/testify/require"
 	"github.com/tent-dev/tent/transport/rdma/fakeverbs"
@@ -189,18 +194,38 @@ func runSignalledWrites(t *testing.T, n int) []verbs.WCStatus {
 	return statuses
 }
 
-// The fake, as a NIC without dmabuf support, refuses a dmabuf MR; a library
-// without the entry point gives ErrUnsupported (libc stands in for it only
-// through the missing-symbol path, so here the fake's answer is checked).
-func TestDmabufRefusedByDevice(t *testing.T) {
+// The fake takes a dmabuf MR only for an fd of the fake CUDA driver's
+// cuMemGetHandleForAddressRange (a memfd whose name gives the range): any
+// other fd is EINVAL, a closed one EBADF, and a range outside the dmabuf
+// or an iova other than its address EINVAL.
+func TestDmabufOnlyFromTheFakeDriver(t *testing.T) {
 	lib, path := openFake(t, "fake0")
 	require.True(t, lib.HasDmabuf())
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	defer w.Close()
+	buf := make([]byte, 2*4096)
+	base := uint64(uintptr(unsafe.Pointer(&buf[0])))
+	fd, err := unix.MemfdCreate(fmt.Sprintf("fakecuda-dmabuf:%x:%x", base, 4096), 0)
+	require.NoError(t, err)
+	defer unix.Close(fd)
 	require.NoError(t, withPD(t, lib, "fake0", func(pd *verbs.PD) error {
-		_, err := pd.RegDmabufMR(0, 4096, 0, 3, verbs.AccessLocalWrite)
-		require.ErrorIs(t, err, syscall.EOPNOTSUPP)
+		_, err := pd.RegDmabufMR(0, 4096, 0, int(r.Fd()), verbs.AccessLocalWrite)
+		require.ErrorIs(t, err, syscall.EINVAL)
 		require.ErrorContains(t, err, "ibv_reg_dmabuf_mr on fake0")
-		return nil
+		_, err = pd.RegDmabufMR(0, 4096, 0, 1<<20, verbs.AccessLocalWrite)
+		require.ErrorIs(t, err, syscall.EBADF)
+		_, err = pd.RegDmabufMR(0, 4096, base+8, fd, verbs.AccessLocalWrite)
+		require.ErrorIs(t, err, syscall.EINVAL, "iova is not the dmabuf's address")
+		_, err = pd.RegDmabufMR(8, 4096, base+8, fd, verbs.AccessLocalWrite)
+		require.ErrorIs(t, err, syscall.EINVAL, "past the end of the dmabuf")
+		mr, err := pd.RegDmabufMR(0, 4096, base, fd, verbs.AccessLocalWrite)
+		require.NoError(t, err)
+		require.Equal(t, uintptr(base), mr.Addr())
+		return mr.Dereg()
 	}))
+	runtime.KeepAlive(buf)
 	requireNoLiveObjects(t, path)
 }
 

@@ -45,6 +45,15 @@
 //               makes its call wait, before it does anything, until a writer
 //               opens PATH and writes one byte: a test holds the call there
 //               and knows it is there when its own open of PATH returns.
+//   GPU memory  FAKEVERBS_CUDA names the fake CUDA driver loaded in the
+//               process (cuda/fakecuda); its fakecuda_device_of tells device
+//               memory. ibv_reg_mr on device memory fails with EFAULT, as
+//               without nvidia-peermem, unless FAKEVERBS_PEERMEM=1.
+//               ibv_reg_dmabuf_mr takes only an fd of the fake driver's
+//               cuMemGetHandleForAddressRange (a memfd named
+//               fakecuda-dmabuf:<addr>:<size>; anything else EINVAL, a closed
+//               fd EBADF), offset+length inside it and iova = addr+offset
+//               (the fake's device memory is at its own address).
 //   counters    fakeverbs_counts reports live contexts, PDs, MRs, CQs, QPs
 //               and device lists.
 #define _GNU_SOURCE
@@ -61,6 +70,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include "../../verbs/abi.h"
@@ -633,19 +643,58 @@ static tv_mr *reg(const char *call, tv_pd *pd, void *addr, size_t length, int ac
 	return &m->base;
 }
 
+// The fake CUDA device addr is memory of, or -1 (FAKEVERBS_CUDA unset or
+// not loaded: no GPU memory here).
+static int cuda_device_of(void *addr) {
+	const char *path = getenv("FAKEVERBS_CUDA");
+	if (path == NULL || *path == 0) return -1;
+	void *h = dlopen(path, RTLD_NOW | RTLD_NOLOAD);
+	if (h == NULL) return -1;
+	int (*f)(unsigned long long) = (int (*)(unsigned long long))dlsym(h, "fakecuda_device_of");
+	int dev = f ? f((unsigned long long)(uintptr_t)addr) : -1;
+	dlclose(h);
+	return dev;
+}
+
 tv_mr *ibv_reg_mr(tv_pd *pd, void *addr, size_t length, int access) {
+	// Pinning device memory needs the peer-memory module (nvidia-peermem).
+	const char *peermem = getenv("FAKEVERBS_PEERMEM");
+	if (cuda_device_of(addr) >= 0 && !(peermem && !strcmp(peermem, "1"))) {
+		pthread_mutex_lock(&g.mu);
+		FAIL_IF("ibv_reg_mr", dev_name(pd->context), NULL, ENOMEM);
+		pthread_mutex_unlock(&g.mu);
+		errno = EFAULT;
+		return NULL;
+	}
 	return reg("ibv_reg_mr", pd, addr, length, access);
 }
 
-// A dmabuf cannot be reached with process_vm_*; the fake's devices refuse
-// it as a NIC without dmabuf support does.
+// The range a fake CUDA dmabuf fd stands for (see the header); errno when
+// fd is not one.
+static int dmabuf_range(int fd, uint64_t *base, uint64_t *size) {
+	char link[64], target[256];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, target, sizeof target - 1);
+	if (n < 0) return EBADF;
+	target[n] = 0;
+	unsigned long long b, sz;
+	if (sscanf(target, "/memfd:fakecuda-dmabuf:%llx:%llx", &b, &sz) != 2) return EINVAL;
+	*base = b, *size = sz;
+	return 0;
+}
+
 tv_mr *ibv_reg_dmabuf_mr(tv_pd *pd, uint64_t offset, size_t length, uint64_t iova, int fd, int access) {
-	(void)offset, (void)length, (void)iova, (void)fd, (void)access;
-	pthread_mutex_lock(&g.mu);
-	FAIL_IF("ibv_reg_dmabuf_mr", dev_name(pd->context), NULL, ENOMEM);
-	pthread_mutex_unlock(&g.mu);
-	errno = EOPNOTSUPP;
-	return NULL;
+	uint64_t base = 0, size = 0;
+	int e = dmabuf_range(fd, &base, &size);
+	if (e == 0 && (offset > size || length > size - offset || iova != base + offset)) e = EINVAL;
+	if (e) {
+		pthread_mutex_lock(&g.mu);
+		FAIL_IF("ibv_reg_dmabuf_mr", dev_name(pd->context), NULL, ENOMEM);
+		pthread_mutex_unlock(&g.mu);
+		errno = e;
+		return NULL;
+	}
+	return reg("ibv_reg_dmabuf_mr", pd, (void *)(uintptr_t)iova, length, access);
 }
 
 #undef FAIL_VALUE
