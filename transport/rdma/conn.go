@@ -41,8 +41,10 @@ type queuePair struct {
 	qp    devQP
 	conn  net.Conn
 	queue []*workRequest // not yet posted
-	// posted counts work requests posted and not yet completed.
+	// posted counts work requests posted and not yet completed; sent
+	// holds them in posting order (the order their completions come in).
 	posted int
+	sent   []*workRequest
 	// err is why the queue pair broke: what work that arrives later fails
 	// with.
 	err      error
@@ -215,7 +217,7 @@ func (t *Transport) breakQP(qp *queuePair, err error) {
 		}
 	}
 	failed = append(failed, qp.queue...)
-	qp.queue, qp.posted = nil, 0
+	qp.queue, qp.posted, qp.sent = nil, 0, nil
 	vqp, conn := qp.qp, qp.conn
 	n.mu.Unlock()
 	qp.teardown.Do(func() {

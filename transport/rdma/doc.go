@@ -20,7 +20,8 @@
 //     authenticated listener (channel kind KindConnect), one connection per
 //     queue pair; the target keeps its queue pair exactly as long as that
 //     connection lives;
-//   - data: Submit chains small requests into one post per queue pair and
+//   - data: Submit chains small requests into one post per queue pair
+//     (one work request in SignalEvery signalled) and
 //     splits large ones across the queue pairs of the NICs of the memory's
 //     affinity; pollers (one per NIC) complete requests, each naming the
 //     NICs that carried it (core.Request.MarkNIC); a queue pair that

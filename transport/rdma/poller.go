@@ -85,8 +85,20 @@ func (t *Transport) completions(n *nic, cs []completion) {
 		if wr == nil {
 			continue // a queue pair already broken: its work was failed then
 		}
-		delete(n.inflight, c.ID)
-		wr.qp.posted--
+		// Completions of a queue pair come in posting order: the
+		// unsignalled work requests posted before this one are done, and
+		// they succeeded (an error completes even unsignalled work).
+		qp := wr.qp
+		for len(qp.sent) > 0 {
+			w := qp.sent[0]
+			qp.sent = qp.sent[1:]
+			delete(n.inflight, w.wr.ID)
+			qp.posted--
+			if w == wr {
+				break
+			}
+			finished = append(finished, done{w, nil})
+		}
 		if c.Status != wcSuccess {
 			err := wcError(c, wr.qp.key.peer)
 			finished = append(finished, done{wr, err})

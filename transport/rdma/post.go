@@ -265,11 +265,20 @@ func (t *Transport) flushLocked(qp *queuePair) error {
 		k := min(len(qp.queue), sendDepth-qp.posted, maxPost)
 		batch := qp.queue[:k]
 		wrs := make([]sendWR, k)
+		every := t.signalEvery()
 		for i, wr := range batch {
+			// Selective signalling: every Nth work request of a chain, and
+			// its last, asks for a completion; the others complete with the
+			// next signalled one (a queue pair completes in order).
+			wr.wr.Signaled = i%every == every-1 || i == k-1
+			if wr.wr.Signaled {
+				t.signaled.Add(1)
+			}
 			wrs[i] = wr.wr
 			n.inflight[wr.wr.ID] = wr
 		}
 		qp.queue = qp.queue[k:]
+		qp.sent = append(qp.sent, batch...)
 		qp.posted += k
 		t.posts.Add(1)
 		if err := qp.qp.PostSend(wrs); err != nil {
@@ -278,6 +287,18 @@ func (t *Transport) flushLocked(qp *queuePair) error {
 	}
 	return nil
 }
+
+// signalEvery is how many work requests of a chain share one completion.
+func (t *Transport) signalEvery() int {
+	if t.opts.SignalEvery > 0 {
+		return t.opts.SignalEvery
+	}
+	return defaultSignalEvery
+}
+
+// defaultSignalEvery signals one work request in 16: fewer completions to
+// poll, and a send queue of 256 still frees room 16 at a time.
+const defaultSignalEvery = 16
 
 // wcError is the status a failed completion reports: the NIC refusing an
 // access (a key revoked by unregister, a write to read-only memory) is a

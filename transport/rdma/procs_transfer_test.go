@@ -77,6 +77,11 @@ func TestTransfersBetweenProcesses(t *testing.T) {
 			}
 			require.LessOrEqual(t, tr.Stats()["posts"]-posts, int64(2*len(strings.Split(devices, ","))),
 				"32 small requests took one post per queue pair")
+			// Selective signalling: one completion per 16 work requests of a
+			// chain (and the chain's last): 32 requests in chains of 32 or
+			// 2x16 ask for 2 completions, and none is left in flight.
+			require.EqualValues(t, 2, after["signaled"]-before["signaled"], "%v", after)
+			require.Zero(t, after["inflight"])
 			want := append(append([]byte(nil), src[:32*small]...), peertest.Pattern(7, n)[32*small:]...)
 			require.Equal(t, peertest.Sum(want), sum(t, p, 0))
 

@@ -25,6 +25,9 @@ type Options struct {
 	// SysfsRoot is where NIC affinity is read (/sys/class/infiniband/<dev>);
 	// "" means /sys. Tests point it at a directory of their own.
 	SysfsRoot string
+	// SignalEvery is how many work requests of a chain share one signalled
+	// completion (selective signalling); 0 means 16, 1 signals every one.
+	SignalEvery int
 
 	// beforeRegMR, set by tests, runs before each ibv_reg_mr with the NIC's
 	// index (a panic in the middle of a batch).

@@ -45,6 +45,7 @@ type Transport struct {
 	ids       atomic.Uint64 // work request ids
 	spread    atomic.Uint64 // round robin over a route's NIC pairs
 	posts     atomic.Int64  // ibv_post_send calls (each a chain)
+	signaled  atomic.Int64  // work requests posted signalled
 }
 
 // New makes an rdma transport with options o; Install opens libibverbs.
@@ -213,6 +214,7 @@ func (t *Transport) Stats() map[string]int64 {
 		"mrs":        t.mrs.Load(),
 		"target_qps": t.targetQPs.Load(),
 		"posts":      t.posts.Load(),
+		"signaled":   t.signaled.Load(),
 	}
 	var qps, inflight int64
 	for _, n := range t.nics {
