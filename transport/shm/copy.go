@@ -70,15 +70,20 @@ type job struct {
 }
 
 // pvmBatch collects the iovecs of one direction for one process_vm call.
+// Consecutive requests that are contiguous on both sides share one iovec
+// (the kernel pins and copies per iovec, so 128 adjacent 4 KiB requests
+// cost one pin of 128 pages rather than 128 pins of one): iovec k carries
+// requests owner[k] through last[k].
 type pvmBatch struct {
 	local  []unix.Iovec
 	remote []unix.RemoteIovec
-	owner  []int32 // request index of each iovec
+	owner  []int32 // first request of each iovec
+	last   []int32 // last request of each iovec
 	bytes  uint64
 }
 
 func (b *pvmBatch) reset() {
-	b.local, b.remote, b.owner, b.bytes = b.local[:0], b.remote[:0], b.owner[:0], 0
+	b.local, b.remote, b.owner, b.last, b.bytes = b.local[:0], b.remote[:0], b.owner[:0], b.last[:0], 0
 }
 
 // getJobLocked returns a reset job holding reqs; t.mu is held.
@@ -462,6 +467,19 @@ func (j *job) copyMapped(i int, m *mapping) bool {
 func (j *job) addPVM(i int) {
 	r := j.reqs[i]
 	b := &j.pv[r.Op]
+	if k := len(b.local) - 1; k >= 0 && b.last[k] == int32(i-1) && r.Len <= chunk-uint64(b.local[k].Len) &&
+		uintptr(unsafe.Pointer(b.local[k].Base))+uintptr(b.local[k].Len) == uintptr(r.Local) &&
+		b.remote[k].Base+uintptr(b.remote[k].Len) == uintptr(r.Remote) {
+		// Request i continues the previous one on both sides.
+		b.local[k].SetLen(int(b.local[k].Len) + int(r.Len))
+		b.remote[k].Len += int(r.Len)
+		b.last[k] = int32(i)
+		b.bytes += r.Len
+		if b.bytes >= chunk {
+			j.flushPVM(r.Op)
+		}
+		return
+	}
 	for off := uint64(0); off < r.Len; {
 		n := min(chunk, r.Len-off)
 		var lv unix.Iovec
@@ -470,6 +488,7 @@ func (j *job) addPVM(i int) {
 		b.local = append(b.local, lv)
 		b.remote = append(b.remote, unix.RemoteIovec{Base: uintptr(r.Remote + off), Len: int(n)})
 		b.owner = append(b.owner, int32(i))
+		b.last = append(b.last, int32(i))
 		b.bytes += n
 		off += n
 		if len(b.local) == iovMax || b.bytes >= chunk {
@@ -564,6 +583,7 @@ func (b *pvmBatch) splitInto(h *pvmBatch) {
 		h.local = append(h.local, tail)
 		h.remote = append(h.remote, unix.RemoteIovec{Base: rv.Base + uintptr(cut), Len: rv.Len - int(cut)})
 		h.owner = append(h.owner, b.owner[k])
+		h.last = append(h.last, b.last[k])
 		b.local[k].SetLen(int(cut))
 		b.remote[k].Len = int(cut)
 		acc += cut
@@ -572,7 +592,8 @@ func (b *pvmBatch) splitInto(h *pvmBatch) {
 	h.local = append(h.local, b.local[k:]...)
 	h.remote = append(h.remote, b.remote[k:]...)
 	h.owner = append(h.owner, b.owner[k:]...)
-	b.local, b.remote, b.owner = b.local[:k], b.remote[:k], b.owner[:k]
+	h.last = append(h.last, b.last[k:]...)
+	b.local, b.remote, b.owner, b.last = b.local[:k], b.remote[:k], b.owner[:k], b.last[:k]
 	h.bytes = b.bytes - acc
 	b.bytes = acc
 }
@@ -609,10 +630,18 @@ func (t *Transport) processVMAll(op core.Op, pid int, b *pvmBatch) (int, error) 
 	return len(b.local), nil
 }
 
+// failFrom fails the requests of iovecs k and after: of an iovec shared
+// by several requests, those whose local bytes it still holds (the kernel
+// copied the rest, and a split call cut the others off into its other
+// half).
 func (j *job) failFrom(b *pvmBatch, k int, err error) {
 	for ; k < len(b.owner); k++ {
-		if i := b.owner[k]; j.errs[i] == nil {
-			j.errs[i] = err
+		lo := uint64(uintptr(unsafe.Pointer(b.local[k].Base)))
+		hi := lo + uint64(b.local[k].Len)
+		for i := b.owner[k]; i <= b.last[k]; i++ {
+			if r := j.reqs[i]; j.errs[i] == nil && r.Local < hi && r.Local+r.Len > lo {
+				j.errs[i] = err
+			}
 		}
 	}
 }

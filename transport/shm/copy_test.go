@@ -34,6 +34,7 @@ func TestSplitInto(t *testing.T) {
 			b.local = append(b.local, lv)
 			b.remote = append(b.remote, unix.RemoteIovec{Base: 0x10000 + uintptr(off), Len: l})
 			b.owner = append(b.owner, int32(i))
+			b.last = append(b.last, int32(i))
 			b.bytes += uint64(l)
 			off += l
 		}
