@@ -44,6 +44,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	if len(o.Notify) > 0 {
 		b.notify = append([]byte(nil), o.Notify...)
 	}
+	var prev *Region // the local region of the previous request
 	for i := range reqs {
 		tr := &reqs[i]
 		r := &b.reqs[i]
@@ -51,7 +52,10 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 			b.releaseLocal(i)
 			return nil, status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
 		}
-		local, err := e.Acquire(tr.Local, tr.Len, AccessLocal)
+		local, err := prev.reacquire(tr.Local, tr.Len)
+		if local == nil {
+			local, err = e.Acquire(tr.Local, tr.Len, AccessLocal)
+		}
 		if err != nil {
 			b.releaseLocal(i)
 			return nil, status.Errorf(status.CodeOf(err), "request %d: local memory: %w", i, err)
@@ -62,6 +66,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		r.Peer, r.LocalRegion, r.Deadline, r.batch, r.index = tr.Segment.peer, local, b.deadline, b, i
 		r.pinned = hint != nil
 		r.status.Store(int32(status.Pending))
+		prev = local
 	}
 	b.pending.Store(int64(len(reqs)))
 	b.unsettled.Store(int64(len(reqs)))
