@@ -403,21 +403,21 @@ func (e *Engine) Acquire(addr, n uint64, access Access) (*Region, error) {
 // reacquire takes one more use of r, which the caller already uses, for
 // [addr, addr+n) inside it, without the engine's lock and index: requests
 // of a batch mostly lie in the region of the request before. It returns
-// nil (and no error) when r is nil, does not contain the range, or is
+// nil when r is nil, does not contain the range, or is
 // being unregistered; the caller then asks Acquire. While the caller's use
 // holds r, r stays registered, so the only change to look for is an
 // unregister that started: its closing flag is read after the use counts,
 // so the unregister either refuses this use or waits for it.
-func (r *Region) reacquire(addr, n uint64) (*Region, error) {
+func (r *Region) reacquire(addr, n uint64) *Region {
 	if r == nil || n == 0 || !r.Contains(addr, n) {
-		return nil, nil
+		return nil
 	}
 	r.users.Add(1)
 	if r.closing.Load() {
 		r.release()
-		return nil, nil
+		return nil
 	}
-	return r, nil
+	return r
 }
 
 // Release ends a use started by Acquire.

@@ -52,7 +52,8 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 			b.releaseLocal(i)
 			return nil, status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
 		}
-		local, err := prev.reacquire(tr.Local, tr.Len)
+		var err error
+		local := prev.reacquire(tr.Local, tr.Len)
 		if local == nil {
 			local, err = e.Acquire(tr.Local, tr.Len, AccessLocal)
 		}

@@ -121,3 +121,54 @@ func TestSplitHalfFails(t *testing.T) {
 	require.True(t, st[0].Code != st[n-1].Code, "one half failed, the other did not")
 	require.Zero(t, tr.Stats()["fallbacks"], "EIO is not a refusal")
 }
+
+// Consecutive requests of one direction that are contiguous on both sides
+// share one process_vm iovec; a gap on either side, a request of the other
+// direction between them, or the end of a call starts a new one. After a
+// partial transfer of a shared iovec, only the requests whose bytes were
+// not copied fail.
+func TestPVMMergesContiguousRequests(t *testing.T) {
+	const blk = 4 << 10
+	mem := make([]byte, 8*blk)
+	base := host.Addr(mem)
+	at := func(op core.Op, l, r uint64) *core.Request {
+		return &core.Request{Op: op, Local: base + l*blk, Remote: 0x100000 + r*blk, Len: blk}
+	}
+	j := &job{reqs: []*core.Request{
+		at(core.OpWrite, 0, 0),
+		at(core.OpWrite, 1, 1), // continues 0
+		at(core.OpWrite, 2, 3), // remote gap
+		at(core.OpWrite, 4, 4), // local gap
+		at(core.OpRead, 5, 5),  // the other direction
+		at(core.OpWrite, 6, 6), // contiguous, but not after request 3
+		at(core.OpWrite, 7, 7), // continues 5
+	}}
+	j.errs = make([]error, len(j.reqs))
+	for i := range j.reqs {
+		j.addPVM(i)
+	}
+	w, r := &j.pv[core.OpWrite], &j.pv[core.OpRead]
+	require.Equal(t, []int32{0, 2, 3, 5}, w.owner)
+	require.Equal(t, []int32{1, 2, 3, 6}, w.last)
+	require.Equal(t, []int32{4}, r.owner)
+	require.EqualValues(t, 2*blk, w.local[0].Len)
+	require.EqualValues(t, 2*blk, w.remote[0].Len)
+	require.EqualValues(t, 6*blk, w.bytes)
+	for k := range w.local {
+		require.Equal(t, uintptr(j.reqs[w.owner[k]].Local), uintptr(unsafe.Pointer(w.local[k].Base)))
+		require.Equal(t, uintptr(j.reqs[w.owner[k]].Remote), w.remote[k].Base)
+	}
+
+	// The kernel copied request 0 and one byte of request 1, then failed.
+	w.local[0].Base = (*byte)(unsafe.Add(unsafe.Pointer(w.local[0].Base), blk+1))
+	w.local[0].SetLen(blk - 1)
+	w.remote[0].Base += blk + 1
+	w.remote[0].Len = blk - 1
+	boom := status.Errorf(status.TransportError, "boom")
+	j.failFrom(w, 0, boom)
+	require.NoError(t, j.errs[0], "copied in full")
+	for _, i := range []int{1, 2, 3, 5, 6} {
+		require.ErrorIs(t, j.errs[i], boom, "request %d", i)
+	}
+	require.NoError(t, j.errs[4], "the other direction")
+}
