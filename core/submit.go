@@ -170,9 +170,10 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 	routed := make([]*Request, 0, len(rs))
 	movers := make([]*installed, 0, len(rs))
 	var retry []*Request
+	var prev *wire.RegionDesc
 	for _, r := range rs {
 		r.Desc = desc
-		rr, err := checkRemote(desc, r)
+		rr, err := checkRemote(desc, r, prev)
 		if err != nil {
 			if !refresh && status.CodeOf(err) == status.NotRegistered {
 				retry = append(retry, r) // maybe registered since we cached it
@@ -183,6 +184,7 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 			continue
 		}
 		r.RemoteRegion = rr
+		prev = &r.RemoteRegion
 		m := hint
 		if m == nil {
 			m = e.firstMover(r)
@@ -232,9 +234,15 @@ func (e *Engine) noteRoute(p *Peer, m *installed, hinted bool) {
 
 // checkRemote finds the peer region holding r's remote range and checks the
 // permission r needs. The target checks again: this only fails early.
-func checkRemote(d *wire.SegmentDesc, r *Request) (wire.RegionDesc, error) {
-	rr, ok := d.FindRegion(r.Remote, 1)
-	if !ok {
+// A request inside prev (the region of the request before, or nil) is
+// checked against it without searching d.
+func checkRemote(d *wire.SegmentDesc, r *Request, prev *wire.RegionDesc) (wire.RegionDesc, error) {
+	var rr wire.RegionDesc
+	if prev != nil && r.Remote >= prev.Addr && r.Remote-prev.Addr < prev.Len {
+		rr = *prev
+	} else if found, ok := d.FindRegion(r.Remote, 1); ok {
+		rr = found
+	} else {
 		return rr, status.Errorf(status.NotRegistered, "remote [%#x, %#x) is not registered by %s",
 			r.Remote, r.Remote+r.Len, d.Name)
 	}
