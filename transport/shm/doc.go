@@ -208,7 +208,11 @@
 // Every other granted entry, and any entry whose allocation is not mapped
 // here, goes through process_vm_readv/process_vm_writev: iovecs of the
 // lease batched per direction, IOV_MAX (1024) and 16 MiB per call,
-// partial transfers resumed where the kernel stopped. A call of 512 KiB
+// partial transfers resumed where the kernel stopped. Consecutive
+// entries that are contiguous on both sides share one iovec (the kernel
+// pins pages per iovec: 128 adjacent 4 KiB requests are one pin of 128
+// pages, not 128 pins of one); when a call fails, only the requests whose
+// bytes the kernel had not copied fail. A call of 512 KiB
 // or more is cut in two halves of equal bytes that run on two threads
 // (when GOMAXPROCS allows): the kernel copies on the calling CPU at about
 // half of what the memory bus takes, and the other side of a same-host
