@@ -244,3 +244,36 @@ def test_mooncake_byte_helpers_stay_inside_this_engines_host_memory(mooncake):
     assert e.write_bytes_to_buffer(managed + 100, b"x" * 29, 29) == -1
     assert e.free_managed_buffer(managed, 128) == 0
     assert e.write_bytes_to_buffer(managed, b"x", 1) == -1  # freed: no longer this engine's
+
+
+def test_mooncake_port_taken_before_the_bind_is_picked_again(monkeypatch):
+    """With a name that is not an address (etcd metadata), the shim picks
+    the RPC port itself; a socket that takes it before the engine binds
+    must cost another pick, not a failed initialize."""
+    import socket
+
+    import tent
+    from tent.compat import _common, mooncake
+
+    squatter = socket.socket()
+    squatter.bind(("127.0.0.1", 0))
+    squatter.listen()
+    taken = squatter.getsockname()[1]
+    picks = []
+    real = _common.free_port
+
+    def pick(host):
+        picks.append(taken if not picks else real(host))
+        return picks[-1]
+
+    monkeypatch.setattr(_common, "free_port", pick)
+    try:
+        engine, port = mooncake._engine_on_port("127.0.0.1", 0, transports=["tcp"])
+        try:
+            assert len(picks) == 2 and port == picks[1] != taken
+        finally:
+            engine.close()
+        with pytest.raises(tent.TentError):  # a port the caller named is not replaced
+            mooncake._engine_on_port("127.0.0.1", taken, transports=["tcp"])
+    finally:
+        squatter.close()

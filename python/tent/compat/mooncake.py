@@ -136,6 +136,22 @@ def _parse_metadata(metadata_server: str, metadata_type: Optional[str]) -> Tuple
                      f"(not {scheme!r})")
 
 
+def _engine_on_port(host: str, port: int, **kwargs: Any) -> Tuple[tent.Engine, int]:
+    """An engine listening on host:port; with port 0, on a port picked here
+    (the engine's name is not its address, so get_rpc_port needs the
+    number), picked again when another socket took it before the bind."""
+    if port:
+        return tent.Engine(listen_addr=f"{host}:{port}", **kwargs), port
+    for attempt in range(5):
+        port = _common.free_port(host)
+        try:
+            return tent.Engine(listen_addr=f"{host}:{port}", **kwargs), port
+        except tent.TentError as exc:
+            if attempt == 4 or "address already in use" not in str(exc).lower():
+                raise
+    raise AssertionError("unreachable")
+
+
 class TransferEngine:
     """Mooncake's TransferEngine, served by tent (see the module doc)."""
 
@@ -217,8 +233,7 @@ class TransferEngine:
             logger.warning("protocol %s", note)
         common: Dict[str, Any] = dict(transports=transports, secret=_common.secret(), timeout=_common.timeout())
         if kind == "etcd":
-            port = port or _common.free_port(host)
-            engine = tent.Engine(name=local_hostname, listen_addr=f"{host}:{port}", metadata=addr, **common)
+            engine, port = _engine_on_port(host, port, name=local_hostname, metadata=addr, **common)
             self._segment_name = engine.name
         else:
             engine = tent.Engine(listen_addr=f"{host}:{port}", **common)
