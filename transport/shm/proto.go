@@ -252,18 +252,25 @@ func decodeGrantEntries(p []byte, ents []grantEntry) error {
 	return d.Finish()
 }
 
-func appendRelease(b []byte, id uint64) []byte {
+// appendU64Frame appends a frame whose payload is one u64 (RELEASE: the
+// lease id; REVOKE_ACK: the revoke's seq).
+func appendU64Frame(b []byte, typ uint8, v uint64) []byte {
 	start := len(b)
-	b = lease.BeginFrame(b, frameRelease)
-	b = binary.LittleEndian.AppendUint64(b, id)
+	b = lease.BeginFrame(b, typ)
+	b = binary.LittleEndian.AppendUint64(b, v)
 	return lease.EndFrame(b, start)
 }
 
-func decodeRelease(p []byte) (uint64, error) {
+// decodeU64Frame decodes the payload of a one-u64 frame.
+func decodeU64Frame(p []byte) (uint64, error) {
 	d := wire.NewDecoder(p)
-	id := d.U64()
-	return id, d.Finish()
+	v := d.U64()
+	return v, d.Finish()
 }
+
+func appendRelease(b []byte, id uint64) []byte { return appendU64Frame(b, frameRelease, id) }
+
+func decodeRelease(p []byte) (uint64, error) { return decodeU64Frame(p) }
 
 func appendRevoke(b []byte, ids []uint64) []byte {
 	start := len(b)
@@ -304,18 +311,9 @@ func decodeRevokeGrant(p []byte, ids []uint64) (uint64, []uint64, error) {
 	return seq, ids, d.Finish()
 }
 
-func appendRevokeAck(b []byte, seq uint64) []byte {
-	start := len(b)
-	b = lease.BeginFrame(b, frameRevokeAck)
-	b = binary.LittleEndian.AppendUint64(b, seq)
-	return lease.EndFrame(b, start)
-}
+func appendRevokeAck(b []byte, seq uint64) []byte { return appendU64Frame(b, frameRevokeAck, seq) }
 
-func decodeRevokeAck(p []byte) (uint64, error) {
-	d := wire.NewDecoder(p)
-	seq := d.U64()
-	return seq, d.Finish()
-}
+func decodeRevokeAck(p []byte) (uint64, error) { return decodeU64Frame(p) }
 
 func decodeRevoke(p []byte, ids []uint64) ([]uint64, error) {
 	d := wire.NewDecoder(p)
