@@ -152,6 +152,16 @@ func (c *conn) unuse() {
 	}
 }
 
+// live returns the client's connection if it is up, never dialing.
+func (cl *client) live() *conn {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	if c := cl.conn; c != nil && !c.isDead() {
+		return c
+	}
+	return nil
+}
+
 // connect returns a live connection, dialing one by deadline if needed.
 func (cl *client) connect(deadline time.Time) (*conn, error) {
 	t := cl.t

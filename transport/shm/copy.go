@@ -30,8 +30,10 @@ import (
 // inCachedCopy runs inside a copy under standing grants, once the copy
 // step has passed its checks (the step then runs, whatever happens
 // meanwhile); swallowRevokeGrant makes the initiator drop REVOKE_GRANT
-// frames unanswered (a stuck initiator).
+// frames unanswered (a stuck initiator); noInline sends every batch
+// through a job goroutine (tests that park a copy while Submit returns).
 type testHooks struct {
+	noInline           atomic.Bool
 	processVM          atomic.Pointer[func(op core.Op) error]
 	beforeCopy, grant  atomic.Pointer[func()]
 	inCachedCopy       atomic.Pointer[func()]
@@ -142,16 +144,78 @@ func (t *Transport) run(j *job) {
 			hi++
 		}
 		j.lease(lo, hi)
-		for i := lo; i < hi; i++ {
-			r := j.reqs[i]
-			if err := j.errs[i]; err != nil {
-				r.Done(0, err)
-			} else {
-				r.Done(r.Len, nil)
-			}
-		}
+		j.complete(lo, hi)
 		lo = hi
 	}
+}
+
+// complete reports the outcomes of reqs[lo:hi] left in j.errs.
+func (j *job) complete(lo, hi int) {
+	for i := lo; i < hi; i++ {
+		r := j.reqs[i]
+		if err := j.errs[i]; err != nil {
+			r.Done(0, err)
+		} else {
+			r.Done(r.Len, nil)
+		}
+	}
+}
+
+// copyInline copies the job on the goroutine calling Submit, which either
+// waits for the batch right after (Request.CallerWaits) or submitted a
+// small one (mayInline): a job goroutine would have to wake that waiter
+// when it ends, and a C thread parked in tent_batch_wait or
+// tent_transfer_sync is woken by the kernel — two thread switches per
+// batch. Only a batch that needs no round trip qualifies: one lease run
+// on a live connection whose standing grants cover every request, before
+// Uninstall and the deadline. It then copies exactly as a job does
+// (cachedCopy: the grants' references, enterCopy, the fault guard set on
+// this goroutine by copyAll, the same checks and counters), completes the
+// requests and reports true. Otherwise it does nothing, and the job path
+// takes the batch.
+func (t *Transport) copyInline(j *job) bool {
+	reqs := j.reqs
+	if len(reqs) > MaxLeaseEntries || t.closing.Load() {
+		return false
+	}
+	r0 := reqs[0]
+	deadline := r0.Deadline
+	for _, r := range reqs[1:] {
+		if r.Peer != r0.Peer || r.Desc != r0.Desc {
+			return false
+		}
+		if r.Deadline.Before(deadline) {
+			deadline = r.Deadline
+		}
+	}
+	if !time.Now().Before(deadline) {
+		return false
+	}
+	cl, err := t.clientFor(r0)
+	if err != nil {
+		return false
+	}
+	c := cl.live()
+	if c == nil {
+		return false
+	}
+	c.checkEpoch(r0.Peer, r0.Desc)
+	done, err := j.cachedCopy(c, 0, len(reqs), deadline)
+	if !done {
+		return false
+	}
+	t.copiesInline.Add(1)
+	t.requests.Add(int64(len(reqs)))
+	if err != nil {
+		for i := range j.errs {
+			if j.errs[i] == nil {
+				j.errs[i] = err
+			}
+		}
+	}
+	j.complete(0, len(reqs))
+	t.putJob(j)
+	return true
 }
 
 // lease obtains a lease for reqs[lo:hi], copies what was granted and gives

@@ -98,6 +98,7 @@ func TestGrantRevokeWaitsForCopy(t *testing.T) {
 				entered <- struct{}{}
 				<-release
 			}
+			p.tr.hooks.noInline.Store(true) // a job copies: Submit returns with the copy parked
 			p.tr.hooks.inCachedCopy.Store(&hook)
 			copy(p.local, peertest.Pattern(2, n))
 			b, err := p.e.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(p.local), Segment: p.seg,
@@ -599,6 +600,7 @@ func TestGrantRevokedOnUninstall(t *testing.T) {
 		entered <- struct{}{}
 		<-release
 	}
+	p.tr.hooks.noInline.Store(true) // a job copies: Submit returns with the copy parked
 	p.tr.hooks.inCachedCopy.Store(&hook)
 	copy(p.local, peertest.Pattern(6, n))
 	b, err := p.e.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(p.local), Segment: p.seg,

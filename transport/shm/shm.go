@@ -91,6 +91,7 @@ type Transport struct {
 	grantsHeld     atomic.Int64 // as target: held by peers on this engine's memory
 	grantsCached   atomic.Int64 // as initiator: live in this engine's connections
 	grantHits      atomic.Int64 // lease runs copied under standing grants, no round trip
+	copiesInline   atomic.Int64 // of grantHits, those copied on the waiting caller's goroutine
 	grantMisses    atomic.Int64 // lease runs that asked the target
 	grantsRevoked  atomic.Int64 // as initiator: standing grants the target took back
 	revokesSent    atomic.Int64 // as target: REVOKE_GRANT frames sent
@@ -317,8 +318,47 @@ func (t *Transport) Submit(reqs []*core.Request) {
 	}
 	j := t.getJobLocked(reqs)
 	t.jobs[j] = struct{}{}
-	t.spawnLocked(func() { t.run(j) })
+	if !t.mayInline(reqs) {
+		t.spawnLocked(func() { t.run(j) })
+		t.mu.Unlock()
+		return
+	}
+	// Copy on the caller's goroutine when standing grants cover the batch
+	// (see copyInline). Counted in t.wg like a job, so Uninstall waits for
+	// it.
+	t.wg.Add(1)
 	t.mu.Unlock()
+	defer t.wg.Done()
+	if t.copyInline(j) {
+		return
+	}
+	t.mu.Lock()
+	t.spawnLocked(func() { t.run(j) }) // legal after close: this call still holds t.wg
+	t.mu.Unlock()
+}
+
+// inlineMax bounds the bytes of a batch Submit copies on the caller's
+// goroutine when the caller has not promised to wait for it: a copy that
+// size takes tens of microseconds, about what a job goroutine's start and
+// wake-ups cost, so an asynchronous Submit still returns at once.
+const inlineMax = 256 << 10
+
+// mayInline reports whether Submit may copy reqs on the calling goroutine:
+// the caller waits for them right after (CallerWaits), or they are small.
+func (t *Transport) mayInline(reqs []*core.Request) bool {
+	if t.hooks.noInline.Load() {
+		return false
+	}
+	if reqs[0].CallerWaits() {
+		return true
+	}
+	var n uint64
+	for _, r := range reqs {
+		if n += r.Len; n > inlineMax {
+			return false
+		}
+	}
+	return true
 }
 
 // Cancel marks the requests; a job completes those it has not copied yet
@@ -457,6 +497,7 @@ func (t *Transport) Stats() map[string]int64 {
 		"grants":             t.grantsHeld.Load(),
 		"grants_cached":      t.grantsCached.Load(),
 		"grant_hits":         t.grantHits.Load(),
+		"copies_inline":      t.copiesInline.Load(),
 		"grant_misses":       t.grantMisses.Load(),
 		"grants_revoked":     t.grantsRevoked.Load(),
 		"revokes_sent":       t.revokesSent.Load(),
