@@ -144,9 +144,15 @@
 // lease — and sends nothing; the lookup is a binary search under the
 // connection's grant lock and allocates nothing. Any other batch asks with
 // a LEASE_CACHED as before (a miss costs the round trip, never
-// correctness). Stats: grant_hits and grant_misses count lease runs,
-// grants_cached the grants live here, grants the grants peers hold on this
-// engine's memory (both back to zero with the connections).
+// correctness). A hit is copied in Submit itself, on the caller's
+// goroutine, when the batch is one lease run on a live connection and is
+// at most 256 KiB or its caller waits for it right after
+// (Request.CallerWaits): the waiter then finds it complete and never
+// parks. Other hits, and batches during Uninstall, go to a job goroutine.
+// Stats: grant_hits and grant_misses count lease runs, copies_inline the
+// hits copied in Submit, grants_cached the grants live here, grants the
+// grants peers hold on this engine's memory (both back to zero with the
+// connections).
 //
 // Revocation is synchronous. Engine.UnregisterBatch (and Free, which
 // unregisters first) refuses new Acquires on the regions, waits until no
