@@ -454,8 +454,8 @@ func (sc *serverConn) acked(seq uint64) {
 	delete(sc.acks, seq)
 	sc.mu.Unlock()
 	if ch != nil {
+		sc.t.revokesAcked.Add(1) // before the wake-up: counted once Unregister returns
 		close(ch)
-		sc.t.revokesAcked.Add(1)
 	}
 }
 
