@@ -486,7 +486,9 @@ typedef struct tent_request_status {
                              parts of it (a large request stripes) */
 } tent_request_status;
 
-/* Submits n requests (1 <= n <= TENT_MAX_BATCH) and returns at once. Bad
+/* Submits n requests (1 <= n <= TENT_MAX_BATCH) and returns at once: it never
+ * waits on a peer, though a small local or same-host batch whose memory the
+ * peer already granted may be copied before it returns. Bad
  * input (a NULL or misaligned argument, an unwritable batch_out, an unknown opcode, zero length, a local range that is not
  * registered, an invalid segment handle) fails the call with nothing
  * submitted. Remote checks (range, permission) and transfer failures are
