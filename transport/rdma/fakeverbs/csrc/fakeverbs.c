@@ -62,6 +62,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -247,6 +248,20 @@ static void unlock_tables(void) {
 }
 
 static int pid_alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno != ESRCH); }
+
+// Every entry of the shared tables starts with used, pid.
+_Static_assert(offsetof(struct shared_mr, used) == 0 && offsetof(struct shared_mr, pid) == 4, "shared_mr head");
+_Static_assert(offsetof(struct shared_qp, used) == 0 && offsetof(struct shared_qp, pid) == 4, "shared_qp head");
+
+// free_slot: the first entry of a shared table (n entries of stride
+// bytes) that is unused or whose owner died, or -1. Tables locked.
+static int free_slot(void *table, size_t stride, int n) {
+	for (int i = 0; i < n; i++) {
+		const int32_t *head = (const int32_t *)((char *)table + (size_t)i * stride);
+		if (!head[0] || !pid_alive(head[1])) return i;
+	}
+	return -1;
+}
 
 // ---- failure injection -----------------------------------------------------
 
@@ -601,14 +616,7 @@ static tv_mr *reg(const char *call, tv_pd *pd, void *addr, size_t length, int ac
 		return NULL;
 	}
 	lock_tables();
-	int slot = -1;
-	for (int i = 0; i < MAX_MRS; i++) {
-		struct shared_mr *s = &g.tab->mrs[i];
-		if (!s->used || !pid_alive(s->pid)) {
-			slot = i;
-			break;
-		}
-	}
+	int slot = free_slot(g.tab->mrs, sizeof g.tab->mrs[0], MAX_MRS);
 	if (slot < 0) {
 		unlock_tables();
 		pthread_mutex_unlock(&g.mu);
@@ -825,14 +833,7 @@ tv_qp *ibv_create_qp(tv_pd *pd, tv_qp_init_attr *attr) {
 		return NULL;
 	}
 	lock_tables();
-	int slot = -1;
-	for (int i = 0; i < MAX_QPS; i++) {
-		struct shared_qp *s = &g.tab->qps[i];
-		if (!s->used || !pid_alive(s->pid)) {
-			slot = i;
-			break;
-		}
-	}
+	int slot = free_slot(g.tab->qps, sizeof g.tab->qps[0], MAX_QPS);
 	if (slot < 0) {
 		unlock_tables();
 		pthread_mutex_unlock(&g.mu);
