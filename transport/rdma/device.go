@@ -88,7 +88,7 @@ type verbsContext struct{ c *verbs.Context }
 
 func (v verbsContext) QueryPort(port uint8) (portAttr, error) {
 	a, err := v.c.QueryPort(port)
-	return portAttr{ActiveMTU: mtu(a.ActiveMTU), LID: a.LID}, err
+	return portAttr{ActiveMTU: a.ActiveMTU, LID: a.LID}, err
 }
 
 func (v verbsContext) QueryGID(port uint8, index int) (gid, error) {
@@ -117,7 +117,7 @@ func (v verbsContext) Close() error { return v.c.Close() }
 type verbsPD struct{ pd *verbs.PD }
 
 func (v verbsPD) RegMR(addr uintptr, length uint64, acc access) (devMR, error) {
-	mr, err := v.pd.RegMR(addr, length, verbs.Access(acc))
+	mr, err := v.pd.RegMR(addr, length, acc)
 	if err != nil {
 		return nil, err
 	}
@@ -125,7 +125,7 @@ func (v verbsPD) RegMR(addr uintptr, length uint64, acc access) (devMR, error) {
 }
 
 func (v verbsPD) RegDmabufMR(offset, length uint64, iova uint64, fd int, acc access) (devMR, error) {
-	mr, err := v.pd.RegDmabufMR(offset, length, iova, fd, verbs.Access(acc))
+	mr, err := v.pd.RegDmabufMR(offset, length, iova, fd, acc)
 	if err != nil {
 		return nil, err
 	}
@@ -159,7 +159,7 @@ func (v *verbsCQ) Poll(out []completion) (int, error) {
 	n, err := v.cq.Poll(v.buf[:len(out)])
 	for i := range n {
 		c := v.buf[i]
-		out[i] = completion{ID: c.ID, Status: wcStatus(c.Status), Op: opcode(c.Op), Bytes: c.Bytes, QPN: c.QPN}
+		out[i] = completion{ID: c.ID, Status: c.Status, Op: c.Op, Bytes: c.Bytes, QPN: c.QPN}
 	}
 	return n, err
 }
@@ -175,10 +175,10 @@ type verbsQP struct {
 func (v *verbsQP) Num() uint32               { return v.qp.Num() }
 func (v *verbsQP) SetSourceGIDIndex(i uint8) { v.qp.SetSourceGIDIndex(i) }
 func (v *verbsQP) ToInit(port uint8, acc access) error {
-	return v.qp.ToInit(port, verbs.Access(acc))
+	return v.qp.ToInit(port, acc)
 }
 func (v *verbsQP) ToRTR(r qpAddr, m mtu) error {
-	return v.qp.ToRTR(verbs.QPAddr{QPN: r.QPN, PSN: r.PSN, LID: r.LID, GID: verbs.GID(r.GID), Port: r.Port}, verbs.MTU(m))
+	return v.qp.ToRTR(verbs.QPAddr{QPN: r.QPN, PSN: r.PSN, LID: r.LID, GID: r.GID, Port: r.Port}, m)
 }
 func (v *verbsQP) ToRTS(psn uint32) error { return v.qp.ToRTS(psn) }
 func (v *verbsQP) ToError() error         { return v.qp.ToError() }
@@ -186,7 +186,7 @@ func (v *verbsQP) Destroy() error         { return v.qp.Destroy() }
 func (v *verbsQP) PostSend(wrs []sendWR) error {
 	v.buf = v.buf[:0]
 	for _, w := range wrs {
-		v.buf = append(v.buf, verbs.SendWR{ID: w.ID, Op: verbs.Op(w.Op), LocalAddr: w.LocalAddr, Length: w.Length,
+		v.buf = append(v.buf, verbs.SendWR{ID: w.ID, Op: w.Op, LocalAddr: w.LocalAddr, Length: w.Length,
 			LKey: w.LKey, RemoteAddr: w.RemoteAddr, RKey: w.RKey, Signaled: w.Signaled})
 	}
 	return v.qp.PostSend(v.buf)

@@ -1,65 +1,35 @@
 package rdma
 
-import "fmt"
+import "github.com/tent-dev/tent/transport/rdma/verbs"
 
-// The values the transport exchanges with a NIC, numbered as libibverbs
-// numbers them (ibv_access_flags, ibv_wc_status, ibv_mtu), so the adapter
-// to a verbs binding (device.go) converts by type alone.
-
-// access is a set of ibv_access_flags.
-type access uint32
-
-const (
-	accessLocalWrite  access = 1 // IBV_ACCESS_LOCAL_WRITE
-	accessRemoteWrite access = 2 // IBV_ACCESS_REMOTE_WRITE
-	accessRemoteRead  access = 4 // IBV_ACCESS_REMOTE_READ
+// The values the transport exchanges with a NIC are the verbs binding's
+// (libibverbs' own numbering), named here in the transport's words; the
+// in-process fabric of the tests uses the same values.
+type (
+	access   = verbs.Access   // a set of ibv_access_flags
+	opcode   = verbs.Op       // a one-sided operation
+	wcStatus = verbs.WCStatus // an ibv_wc_status
+	mtu      = verbs.MTU      // an ibv_mtu (1: 256 bytes … 5: 4096 bytes)
+	gid      = verbs.GID      // a port's global identifier
 )
 
-// opcode is a one-sided operation.
-type opcode int
-
 const (
-	opWrite opcode = 1 // RDMA_WRITE
-	opRead  opcode = 2 // RDMA_READ
+	accessLocalWrite  = verbs.AccessLocalWrite
+	accessRemoteWrite = verbs.AccessRemoteWrite
+	accessRemoteRead  = verbs.AccessRemoteRead
+
+	opWrite = verbs.OpWrite
+	opRead  = verbs.OpRead
+
+	wcSuccess           = verbs.WCSuccess
+	wcLocalProtError    = verbs.WCLocalProtError
+	wcWRFlushError      = verbs.WCWRFlushError
+	wcRemoteAccessError = verbs.WCRemoteAccessError
+	wcRetryExceeded     = verbs.WCRetryExceeded
+	wcGeneralError      = verbs.WCGeneralError
+
+	mtu4096 = verbs.MTU4096
 )
-
-// wcStatus is an ibv_wc_status.
-type wcStatus int
-
-const (
-	wcSuccess           wcStatus = 0
-	wcLocalProtError    wcStatus = 4
-	wcWRFlushError      wcStatus = 5
-	wcRemoteAccessError wcStatus = 10
-	wcRetryExceeded     wcStatus = 12
-	wcGeneralError      wcStatus = 21
-)
-
-func (s wcStatus) String() string {
-	switch s {
-	case wcSuccess:
-		return "success"
-	case wcLocalProtError:
-		return "local protection error"
-	case wcWRFlushError:
-		return "work request flushed"
-	case wcRemoteAccessError:
-		return "remote access error"
-	case wcRetryExceeded:
-		return "transport retry counter exceeded"
-	case wcGeneralError:
-		return "general error"
-	}
-	return fmt.Sprintf("ibv_wc_status %d", int(s))
-}
-
-// mtu is an ibv_mtu (1: 256 bytes … 5: 4096 bytes).
-type mtu int
-
-const mtu4096 mtu = 5
-
-// gid is a port's global identifier.
-type gid [16]byte
 
 // portAttr is what the transport needs of a port.
 type portAttr struct {
