@@ -50,6 +50,13 @@ type Options struct {
 	// transport's), the connections between accept and the end of their
 	// handshake; past it the oldest of them is closed. Default 64.
 	MaxUnauthenticated int
+	// MaxConnsPerPeer and MaxConns bound, per listener, the connections
+	// one peer (a remote IP; a process on the shm and cuda sockets) and
+	// all peers together hold open; past either a new connection is
+	// closed at accept. Defaults 256 and 4096: a peer engine uses a
+	// handful (tcp 4 data connections, one control, one per other
+	// transport), so the defaults leave room for many engines per host.
+	MaxConnsPerPeer, MaxConns int
 	// HandshakeTimeout bounds how long an accepted connection may take to
 	// finish its handshake. Default 10 s.
 	HandshakeTimeout time.Duration
@@ -89,6 +96,12 @@ func (o *Options) withDefaults() Options {
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = acceptloop.DefaultHandshakeTimeout
+	}
+	if c.MaxConnsPerPeer <= 0 {
+		c.MaxConnsPerPeer = acceptloop.DefaultMaxConnsPerPeer
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = acceptloop.DefaultMaxConns
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -33,6 +33,8 @@ func (e *Engine) ListenerConfig(name string, sameUser bool) acceptloop.Config {
 		Logger:             e.log,
 		MaxUnauthenticated: e.opts.MaxUnauthenticated,
 		HandshakeTimeout:   e.opts.HandshakeTimeout,
+		MaxConnsPerPeer:    e.opts.MaxConnsPerPeer,
+		MaxConns:           e.opts.MaxConns,
 		SameUser:           sameUser,
 	}
 }
@@ -118,6 +120,7 @@ func (l *listener) admit(c net.Conn, p *acceptloop.Pending) {
 	if !l.track(c) {
 		p.Done(false)
 		c.Close()
+		p.Release()
 		return
 	}
 	l.wg.Add(1)
@@ -141,6 +144,7 @@ func (l *listener) serve(c net.Conn, p *acceptloop.Pending) {
 		delete(l.conns, c)
 		l.mu.Unlock()
 		c.Close()
+		p.Release()
 	}()
 	kind, peer, err := wire.ServerHandshake(c, wire.HandshakeConfig{
 		Secret: l.secret, Deadline: p.Deadline(), LocalName: l.localName(),

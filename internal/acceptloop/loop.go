@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,9 +15,15 @@ import (
 // Defaults for the zero values of Config.
 const (
 	DefaultMaxUnauthenticated = 64
-	DefaultHandshakeTimeout   = 10 * time.Second
-	DefaultMinBackoff         = 5 * time.Millisecond
-	DefaultMaxBackoff         = time.Second
+	// DefaultMaxConnsPerPeer leaves room for every engine a host runs
+	// against one listener (tcp opens 4 data connections per peer, plus
+	// control and per-transport channels) while keeping one peer from
+	// holding thousands of goroutines and descriptors.
+	DefaultMaxConnsPerPeer  = 256
+	DefaultMaxConns         = 4096
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultMinBackoff       = 5 * time.Millisecond
+	DefaultMaxBackoff       = time.Second
 )
 
 // Config sets a loop's limits; zero values take the defaults above.
@@ -36,6 +43,14 @@ type Config struct {
 	// sees the connection); any other connection is refused and counted
 	// in Stats.PeerRejected. Pending.Peer then reports the credentials.
 	SameUser bool
+	// MaxConnsPerPeer bounds the connections one peer (a remote IP for
+	// TCP, a process for a SameUser Unix socket, every Unix peer together
+	// otherwise) holds open at once, from accept until the owner calls
+	// Pending.Release; MaxConns bounds them all. A connection past either
+	// is closed at accept, before any handshake state exists, counted in
+	// Stats.Refused and logged once per peer until the peer's count drops
+	// to zero.
+	MaxConnsPerPeer, MaxConns int
 	// MinBackoff and MaxBackoff bound the pause after a failed accept.
 	MinBackoff, MaxBackoff time.Duration
 }
@@ -46,6 +61,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.MaxConnsPerPeer <= 0 {
+		c.MaxConnsPerPeer = DefaultMaxConnsPerPeer
+	}
+	if c.MaxConns <= 0 {
+		c.MaxConns = DefaultMaxConns
 	}
 	if c.MinBackoff <= 0 {
 		c.MinBackoff = DefaultMinBackoff
@@ -74,11 +95,17 @@ type Stats struct {
 	Evicted uint64 `json:"evicted"`
 	// PeerRejected counts connections refused by the SameUser check.
 	PeerRejected uint64 `json:"peer_rejected"`
+	// Live is the number of connections held now (accept to Release).
+	Live int `json:"live"`
+	// Refused counts connections closed at accept past MaxConnsPerPeer or
+	// MaxConns.
+	Refused uint64 `json:"refused"`
 }
 
 // Handler takes one admitted connection. It runs on the loop's goroutine,
 // so it must hand the connection to a goroutine of its own and return; it
-// owns c and must call p.Done once the handshake ends, either way.
+// owns c and must call p.Done once the handshake ends, either way, and
+// p.Release once it has closed c.
 type Handler func(c net.Conn, p *Pending)
 
 // Loop accepts connections from one listener. Serve runs it; Close stops it.
@@ -95,14 +122,25 @@ type Loop struct {
 	closed  bool
 	pending list.List // *Pending, oldest first
 	lastErr string
+	live    int
+	peers   map[string]*peerCount
+	warned  bool // the global cap was logged since live was last below it
 
 	accepted, acceptErrors, authenticated atomic.Uint64
 	failures, timeouts, evicted, rejected atomic.Uint64
+	refused                               atomic.Uint64
+}
+
+// peerCount is one peer's live connections; it exists while n > 0.
+type peerCount struct {
+	n      int
+	warned bool
 }
 
 // New returns a loop over ln; Serve starts accepting.
 func New(ln net.Listener, cfg Config) *Loop {
-	l := &Loop{ln: ln, cfg: cfg.withDefaults(), uid: os.Getuid(), done: make(chan struct{})}
+	l := &Loop{ln: ln, cfg: cfg.withDefaults(), uid: os.Getuid(), done: make(chan struct{}),
+		peers: map[string]*peerCount{}}
 	l.pause = l.sleep
 	return l
 }
@@ -137,8 +175,14 @@ func (l *Loop) Serve(handle Handler) {
 			}
 			cred = &got
 		}
-		p := l.admit(c, cred)
+		key := peerKey(c, cred)
+		if !l.hold(key) {
+			_ = c.Close()
+			continue
+		}
+		p := l.admit(c, cred, key)
 		if p == nil {
+			l.drop(key)
 			_ = c.Close()
 			return
 		}
@@ -191,10 +235,77 @@ func (l *Loop) isClosed() bool {
 	}
 }
 
+// peerKey names the peer a connection counts against: the remote IP of a
+// TCP connection, the process of a Unix peer whose credentials were
+// checked, and one key for every other peer.
+func peerKey(c net.Conn, cred *Cred) string {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok && a != nil {
+		return "ip:" + a.IP.String()
+	}
+	if cred != nil {
+		return "pid:" + strconv.Itoa(cred.PID)
+	}
+	return "unix"
+}
+
+// hold counts one more connection of key, or refuses it (false) past
+// either cap; nothing is allocated for a refused connection beyond the
+// map entry of a peer already holding some.
+func (l *Loop) hold(key string) bool {
+	l.mu.Lock()
+	pc := l.peers[key]
+	n := 0
+	if pc != nil {
+		n = pc.n
+	}
+	if n >= l.cfg.MaxConnsPerPeer || l.live >= l.cfg.MaxConns {
+		logPeer := pc != nil && !pc.warned
+		if logPeer {
+			pc.warned = true
+		}
+		live := l.live
+		logAll := live >= l.cfg.MaxConns && !l.warned
+		if logAll {
+			l.warned = true
+		}
+		l.mu.Unlock()
+		l.refused.Add(1)
+		if logPeer || logAll {
+			l.cfg.Logger.Warn("connection refused: too many connections", "listener", l.cfg.Name,
+				"peer", key, "peer_conns", n, "conns", live,
+				"max_conns_per_peer", l.cfg.MaxConnsPerPeer, "max_conns", l.cfg.MaxConns)
+		}
+		return false
+	}
+	if pc == nil {
+		pc = &peerCount{}
+		l.peers[key] = pc
+	}
+	pc.n++
+	l.live++
+	l.mu.Unlock()
+	return true
+}
+
+// drop uncounts one connection of key.
+func (l *Loop) drop(key string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if pc := l.peers[key]; pc != nil {
+		if pc.n--; pc.n <= 0 {
+			delete(l.peers, key)
+		}
+	}
+	l.live--
+	if l.live < l.cfg.MaxConns {
+		l.warned = false
+	}
+}
+
 // admit starts c's handshake clock, making room by evicting the oldest
 // unauthenticated connection if needed; nil once the loop is closed.
-func (l *Loop) admit(c net.Conn, cred *Cred) *Pending {
-	p := &Pending{l: l, c: c, cred: cred, deadline: time.Now().Add(l.cfg.HandshakeTimeout)}
+func (l *Loop) admit(c net.Conn, cred *Cred, key string) *Pending {
+	p := &Pending{l: l, c: c, cred: cred, key: key, deadline: time.Now().Add(l.cfg.HandshakeTimeout)}
 	_ = c.SetDeadline(p.deadline)
 	l.mu.Lock()
 	if l.closed {
@@ -258,7 +369,7 @@ func (l *Loop) Addr() net.Addr { return l.ln.Addr() }
 // Stats returns the loop's counts.
 func (l *Loop) Stats() Stats {
 	l.mu.Lock()
-	s := Stats{Unauthenticated: l.pending.Len(), LastAcceptError: l.lastErr}
+	s := Stats{Unauthenticated: l.pending.Len(), LastAcceptError: l.lastErr, Live: l.live}
 	l.mu.Unlock()
 	s.Accepted = l.accepted.Load()
 	s.AcceptErrors = l.acceptErrors.Load()
@@ -267,6 +378,7 @@ func (l *Loop) Stats() Stats {
 	s.HandshakeTimeouts = l.timeouts.Load()
 	s.Evicted = l.evicted.Load()
 	s.PeerRejected = l.rejected.Load()
+	s.Refused = l.refused.Load()
 	return s
 }
 
@@ -274,7 +386,9 @@ func (l *Loop) Stats() Stats {
 type Pending struct {
 	l        *Loop
 	c        net.Conn
-	cred     *Cred // nil unless SameUser checked it
+	cred     *Cred  // nil unless SameUser checked it
+	key      string // what the connection counts against (hold)
+	released atomic.Bool
 	deadline time.Time
 	elem     *list.Element // nil once off the list (on l.mu)
 	timer    *time.Timer
@@ -287,6 +401,14 @@ func (p *Pending) Peer() (c Cred, ok bool) {
 		return Cred{}, false
 	}
 	return *p.cred, true
+}
+
+// Release uncounts the connection from its peer's and the loop's caps;
+// the owner calls it once the connection is closed. Idempotent.
+func (p *Pending) Release() {
+	if p.released.CompareAndSwap(false, true) {
+		p.l.drop(p.key)
+	}
 }
 
 // Deadline is when the handshake must be done; the connection's deadline

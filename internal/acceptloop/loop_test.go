@@ -342,6 +342,8 @@ func TestConfigDefaults(t *testing.T) {
 	c := Config{}.withDefaults()
 	require.Equal(t, DefaultMaxUnauthenticated, c.MaxUnauthenticated)
 	require.Equal(t, DefaultHandshakeTimeout, c.HandshakeTimeout)
+	require.Equal(t, DefaultMaxConnsPerPeer, c.MaxConnsPerPeer)
+	require.Equal(t, DefaultMaxConns, c.MaxConns)
 	require.Equal(t, DefaultMinBackoff, c.MinBackoff)
 	require.Equal(t, DefaultMaxBackoff, c.MaxBackoff)
 	require.NotNil(t, c.Logger)
@@ -394,7 +396,8 @@ func TestStressEveryConnectionCountedOnce(t *testing.T) {
 	)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	l := New(ln, Config{MaxUnauthenticated: bound, HandshakeTimeout: 50 * time.Millisecond})
+	l := New(ln, Config{MaxUnauthenticated: bound, HandshakeTimeout: 50 * time.Millisecond,
+		MaxConnsPerPeer: clients})
 	var (
 		handlers sync.WaitGroup
 		mu       sync.Mutex

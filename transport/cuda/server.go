@@ -63,11 +63,13 @@ func (s *server) admit(c *net.UnixConn, p *acceptloop.Pending) {
 	if !s.track(c) {
 		p.Done(false)
 		c.Close()
+		p.Release()
 		return
 	}
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
+		defer p.Release()
 		defer s.untrack(c)
 		defer func() { _ = recover() }() // a bug here must not take the host process down
 		if _, err := s.ln.Handshake(c, p); err != nil {

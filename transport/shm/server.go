@@ -70,6 +70,7 @@ func (t *Transport) admit(c *net.UnixConn, p *acceptloop.Pending) {
 	if t.closed {
 		p.Done(false)
 		_ = c.Close()
+		p.Release()
 		return
 	}
 	t.servers[sc] = struct{}{}
@@ -80,6 +81,7 @@ func (sc *serverConn) serve(p *acceptloop.Pending) {
 	t := sc.t
 	defer func() {
 		sc.close()
+		p.Release()
 		t.mu.Lock()
 		delete(t.servers, sc)
 		t.mu.Unlock()

@@ -47,7 +47,9 @@ func (l *Listener) Stats() acceptloop.Stats { return l.loop.Stats() }
 
 // Serve accepts until Close. admit runs on the loop's goroutine for each
 // connection of an admitted peer: it must start a goroutine of its own
-// (which calls Handshake) and return, or close c and call p.Done(false).
+// (which calls Handshake) and return, or close c and call p.Done(false);
+// either way p.Release once c is closed, so c stops counting against the
+// per-peer and global connection caps.
 func (l *Listener) Serve(admit func(c *net.UnixConn, p *acceptloop.Pending)) {
 	l.loop.Serve(func(c net.Conn, p *acceptloop.Pending) { admit(c.(*net.UnixConn), p) })
 }
