@@ -350,7 +350,7 @@ func TestStatsJSONAndTopology(t *testing.T) {
 	require.NoError(t, json.Unmarshal([]byte(js), &raw))
 	require.Contains(t, raw.Listeners, "engine")
 	for _, k := range []string{"accepted", "accept_errors", "last_accept_error", "unauthenticated", "authenticated",
-		"handshake_failures", "handshake_timeouts", "evicted", "peer_rejected"} {
+		"handshake_failures", "handshake_timeouts", "evicted", "peer_rejected", "live", "refused"} {
 		require.Contains(t, raw.Listeners["engine"], k)
 	}
 

@@ -399,7 +399,9 @@ tent_status tent_engine_stats(tent_engine *engine, tent_stats *out);
  * goroutines, ...), each listener's accept-loop counts ("listeners":
  * "engine" and the transports that run a listener, each with accepted,
  * accept_errors, last_accept_error, unauthenticated, authenticated,
- * handshake_failures, handshake_timeouts, evicted, peer_rejected), with
+ * handshake_failures, handshake_timeouts, evicted, peer_rejected, live,
+ * refused: connections closed at accept past the per-peer or global cap,
+ * see docs/ARCHITECTURE.md "Listeners"), with
  * etcd metadata the directory's counts ("metadata": published,
  * published_generation, behind, writes, publish_timeouts, lease_regrants,
  * watch_invalidations, stale_resolves), and "unavailable": each transport
