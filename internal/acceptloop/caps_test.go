@@ -1,6 +1,7 @@
 package acceptloop
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -95,32 +96,51 @@ func TestThePerPeerCapRefusesPastItLogsOnceAndReleaseMakesRoom(t *testing.T) {
 	require.Equal(t, 2, strings.Count(buf.String(), "connection refused"))
 }
 
-func TestTheGlobalCapRefusesEveryPeerPastIt(t *testing.T) {
+func TestTheGlobalCapRefusesEveryPeerPastItAndLogsOnce(t *testing.T) {
+	const all = 4
+	var buf syncBuffer
 	ln := newFakeListener()
-	l, got, served := startLoop(t, ln, Config{MaxConnsPerPeer: 10, MaxConns: 2})
+	l, got, served := startLoop(t, ln, Config{MaxConnsPerPeer: 10, MaxConns: all,
+		Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	serve(l, got, served)
 	defer func() { l.Close(); <-served }()
+	logged := func() int { return strings.Count(buf.String(), "connection refused") }
 
-	ln.feedFrom(t, "10.0.0.1")
-	a1 := <-got
-	ln.feedFrom(t, "10.0.0.2")
-	a2 := <-got
-	requireRefused(t, ln.feedFrom(t, "10.0.0.3"))
-	requireRefused(t, ln.feedFrom(t, "10.0.0.1"))
-	require.EqualValues(t, 2, l.Stats().Refused)
+	var held []admission
+	for i := 0; i < all; i++ {
+		ln.feedFrom(t, fmt.Sprintf("10.0.0.%d", i))
+		held = append(held, <-got)
+	}
+	requireRefused(t, ln.feedFrom(t, "10.0.1.1"))
+	requireRefused(t, ln.feedFrom(t, "10.0.0.1")) // a peer with one: the global cap, not its own
+	requireRefused(t, ln.feedFrom(t, "10.0.1.2"))
+	require.EqualValues(t, 3, l.Stats().Refused)
+	require.Equal(t, 1, logged(), "one line for the global cap:\n%s", buf.String())
 
-	// Released even when the owner drops it before the handshake ends.
-	a1.p.Done(false)
-	a1.c.Close()
-	a1.p.Release()
-	ln.feedFrom(t, "10.0.0.3")
-	a3 := <-got
-	require.Equal(t, 2, l.Stats().Live)
-	for _, a := range []admission{a2, a3} {
+	// Released even when the owner drops it before the handshake ends;
+	// a flood held at the cap takes the room and is refused again, with
+	// no new line.
+	held[0].p.Done(false)
+	held[0].c.Close()
+	held[0].p.Release()
+	ln.feedFrom(t, "10.0.1.3")
+	held[0] = <-got
+	requireRefused(t, ln.feedFrom(t, "10.0.1.4"))
+	require.Equal(t, 1, logged())
+	require.Equal(t, all, l.Stats().Live)
+
+	for _, a := range held {
 		a.c.Close()
 		a.p.Release()
 	}
 	require.Zero(t, l.Stats().Live)
+	// Below half the cap the slate is clean: the next refusal is logged.
+	for i := 0; i < all; i++ {
+		ln.feedFrom(t, "10.0.2.1")
+		defer (<-got).p.Release()
+	}
+	requireRefused(t, ln.feedFrom(t, "10.0.2.2"))
+	require.Equal(t, 2, logged())
 }
 
 // A refused connection gets no handshake clock: nothing is left pending.

@@ -49,7 +49,7 @@ type Config struct {
 	// Pending.Release; MaxConns bounds them all. A connection past either
 	// is closed at accept, before any handshake state exists, counted in
 	// Stats.Refused and logged once per peer until the peer's count drops
-	// to zero.
+	// to zero (for the global cap, until the total drops to half of it).
 	MaxConnsPerPeer, MaxConns int
 	// MinBackoff and MaxBackoff bound the pause after a failed accept.
 	MinBackoff, MaxBackoff time.Duration
@@ -124,7 +124,7 @@ type Loop struct {
 	lastErr string
 	live    int
 	peers   map[string]*peerCount
-	warned  bool // the global cap was logged since live was last below it
+	warned  bool // the global cap was logged since live was last at half of it
 
 	accepted, acceptErrors, authenticated atomic.Uint64
 	failures, timeouts, evicted, rejected atomic.Uint64
@@ -259,7 +259,9 @@ func (l *Loop) hold(key string) bool {
 		n = pc.n
 	}
 	if n >= l.cfg.MaxConnsPerPeer || l.live >= l.cfg.MaxConns {
-		logPeer := pc != nil && !pc.warned
+		// Each cap logs for itself: a flood from many addresses against the
+		// global cap logs once, not once per address.
+		logPeer := n >= l.cfg.MaxConnsPerPeer && !pc.warned
 		if logPeer {
 			pc.warned = true
 		}
@@ -297,7 +299,9 @@ func (l *Loop) drop(key string) {
 		}
 	}
 	l.live--
-	if l.live < l.cfg.MaxConns {
+	// Half, not just below: a flood held at the cap frees and refuses one
+	// connection after another, and must not log each.
+	if l.live <= l.cfg.MaxConns/2 {
 		l.warned = false
 	}
 }
