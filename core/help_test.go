@@ -21,6 +21,7 @@ type helpingMover struct {
 	mu          sync.Mutex
 	callerWaits []bool // CallerWaits of each request, as Submit saw it
 	helped      int
+	untils      []time.Time // until of each Help
 }
 
 func (m *helpingMover) Submit(reqs []*core.Request) {
@@ -32,10 +33,21 @@ func (m *helpingMover) Submit(reqs []*core.Request) {
 	m.Mover.Submit(reqs)
 }
 
-func (m *helpingMover) Help(r *core.Request, done <-chan struct{}) {
+// Help completes the held requests when the wait has no limit; a timed
+// wait it keeps to the end of its time, completing nothing, as a mover
+// whose work would not finish by until must.
+func (m *helpingMover) Help(r *core.Request, done <-chan struct{}, until time.Time) {
 	m.mu.Lock()
 	m.helped++
+	m.untils = append(m.untils, until)
 	m.mu.Unlock()
+	if !until.IsZero() {
+		select {
+		case <-done:
+		case <-time.After(time.Until(until)):
+		}
+		return
+	}
 	m.ReleaseAll()
 	<-done
 }
@@ -86,19 +98,28 @@ func TestWaitLendsTheCallerToAHelper(t *testing.T) {
 	require.Equal(t, []bool{true, false, true}, m.callerWaits)
 }
 
-// Wait with a timeout does not lend the goroutine: it must be able to
-// return at its timeout whatever the mover does.
-func TestWaitWithTimeoutDoesNotHelp(t *testing.T) {
+// Wait with a timeout lends the goroutine too, bounded by the timeout:
+// Help is told when the wait gives up, and the wait still returns
+// Timeout at its end when Help completed nothing.
+func TestWaitWithTimeoutHelpsUntilItsTimeout(t *testing.T) {
 	a, m, req, _ := helperPair(t)
-	b, err := a.Submit(req, core.TransferOptions{Waiting: true, Timeout: time.Minute})
+	b, err := a.Submit(req, core.TransferOptions{Timeout: time.Minute})
 	require.NoError(t, err)
+	before := time.Now()
 	code, _ := b.Wait(10 * time.Millisecond)
+	after := time.Now()
 	require.Equal(t, status.Timeout, code)
 	m.mu.Lock()
-	require.Zero(t, m.helped)
+	require.Equal(t, 1, m.helped)
+	until := m.untils[0]
 	m.mu.Unlock()
-	m.ReleaseAll()
-	code, err = b.Wait(-1) // finished already: no help needed
+	require.False(t, until.Before(before.Add(10*time.Millisecond)), "until %v is before the wait's end", until)
+	require.False(t, until.After(after), "until %v is after Wait returned", until)
+	code, err = b.Wait(-1) // helped without a limit: completes
 	require.Equal(t, status.OK, code, "%v", err)
 	a.ReleaseBatch(b)
+	m.mu.Lock()
+	require.Equal(t, 2, m.helped)
+	require.True(t, m.untils[1].IsZero())
+	m.mu.Unlock()
 }

@@ -64,16 +64,20 @@ type Canceler interface {
 
 // Helper is implemented by movers that can put a waiting caller's
 // goroutine to work: a transport that reads replies from a socket can let
-// the caller read its own reply, instead of a goroutine that reads it and
+// the caller read its own reply, and one that copies on a queue can let
+// the caller run the copy, instead of a goroutine that does the work and
 // then wakes the caller (two wake-ups where one does).
 type Helper interface {
-	// Help is called by a goroutine about to wait, with no limit but
-	// the batch's deadline, for done (the batch's Done) to close; r is a
-	// request of that batch the mover was given. Help may return at any
-	// time (the caller then waits as usual), and must return soon after
-	// done closes, and when the mover is uninstalled. It is called
-	// outside the mover's gate, so also after Uninstall.
-	Help(r *Request, done <-chan struct{})
+	// Help is called by a goroutine about to wait for done (the batch's
+	// Done) to close; r is a request of that batch the mover was given.
+	// until is when the wait gives up (zero: no limit but the batch's
+	// deadline): Help must not start work it cannot finish by then, so a
+	// timed wait overruns its timeout by at most one step already under
+	// way. Help may return at any time (the caller then waits as usual),
+	// and must return soon after done closes, after until passes, and
+	// when the mover is uninstalled. It is called outside the mover's
+	// gate, so also after Uninstall.
+	Help(r *Request, done <-chan struct{}, until time.Time)
 }
 
 // Request is one request in flight. Movers read its exported fields and
@@ -261,7 +265,8 @@ func (b *Batch) setError(i int, err error) {
 }
 
 // Wait blocks until every request has a final status or timeout passes
-// (negative: the batch deadline plus a grace period).
+// (negative: the batch deadline plus a grace period). Either way the
+// waiting goroutine is lent to the mover first (Helper).
 func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
 	select {
 	case <-b.done: // finished already: no timer
@@ -270,7 +275,7 @@ func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
 	default:
 	}
 	if timeout < 0 {
-		b.help()
+		b.help(time.Time{})
 	}
 	if timeout < 0 && len(b.notify) == 0 {
 		// The batch's own deadline timer finishes every request by the
@@ -279,15 +284,26 @@ func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
 		c, _, err := b.Status(nil)
 		return c, err
 	}
+	helped := timeout < 0
 	if timeout < 0 {
 		timeout = addGrace(time.Until(b.deadline), time.Second)
 	}
 	if timeout > 0 {
-		t := time.NewTimer(timeout)
-		defer t.Stop()
+		until := time.Now().Add(timeout)
+		if !helped {
+			b.help(until)
+		}
 		select {
 		case <-b.done:
-		case <-t.C:
+		default:
+			if left := time.Until(until); left > 0 {
+				t := time.NewTimer(left)
+				select {
+				case <-b.done:
+				case <-t.C:
+				}
+				t.Stop()
+			}
 		}
 	}
 	c, _, err := b.Status(nil)
@@ -298,9 +314,10 @@ func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
 }
 
 // help lends the waiting goroutine to the mover of the first request
-// still held, if that mover can use it (Helper). A panic in Help is the
-// mover's bug: the caller then simply waits.
-func (b *Batch) help() {
+// still held, if that mover can use it (Helper), until until (zero: no
+// limit). A panic in Help is the mover's bug: the caller then simply
+// waits.
+func (b *Batch) help(until time.Time) {
 	for i := range b.reqs {
 		r := &b.reqs[i]
 		if r.settled.Load() {
@@ -308,20 +325,20 @@ func (b *Batch) help() {
 		}
 		if m := r.mover.Load(); m != nil {
 			if h, ok := m.t.(Helper); ok {
-				b.helpWith(m, h, r)
+				b.helpWith(m, h, r, until)
 			}
 		}
 		return
 	}
 }
 
-func (b *Batch) helpWith(m *installed, h Helper, r *Request) {
+func (b *Batch) helpWith(m *installed, h Helper, r *Request, until time.Time) {
 	defer func() {
 		if p := recover(); p != nil {
 			b.e.log.Error("transport panicked in Help; waiting without it", "transport", m.t.Name(), "panic", p)
 		}
 	}()
-	h.Help(r, b.done)
+	h.Help(r, b.done, until)
 }
 
 // finish gives r its final visible status and error, once: whoever wins

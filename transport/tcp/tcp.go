@@ -271,8 +271,13 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 // Help lets the goroutine waiting for r's batch read the replies of r's
 // connection itself, if no other goroutine is inside a reply there, until
 // done closes or nothing more is due: the reply then wakes no reader
-// goroutine that would wake the caller (see conn.help).
-func (t *Transport) Help(r *core.Request, done <-chan struct{}) {
+// goroutine that would wake the caller (see conn.help). A timed wait
+// (until set) is not helped: a reader inside a reply cannot be bounded by
+// the caller's timeout without cutting the stream.
+func (t *Transport) Help(r *core.Request, done <-chan struct{}, until time.Time) {
+	if !until.IsZero() {
+		return
+	}
 	t.reqMu.Lock()
 	s := t.reqs[r]
 	t.reqMu.Unlock()
