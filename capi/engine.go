@@ -253,6 +253,9 @@ type engineStats struct {
 	RequestsInFlight uint64 `json:"requests_in_flight"`
 	Allocations      uint64 `json:"allocations"`
 	ProcessHandles   uint64 `json:"process_handles"`
+	// NotifySenderRefused counts notifications refused for naming a
+	// sender other than their connection's.
+	NotifySenderRefused uint64 `json:"notify_sender_refused"`
 	// Transports maps each installed transport to its resource counts.
 	Transports map[string]map[string]int64 `json:"transports"`
 	// Metadata is the metadata directory's counters (etcd only).
@@ -269,19 +272,20 @@ type engineStats struct {
 func (e *engine) stats() engineStats {
 	cs := e.core.Stats()
 	s := engineStats{
-		Regions:          uint64(cs.Regions),
-		RegisteredBytes:  cs.RegisteredBytes,
-		Reservations:     uint64(cs.Reservations),
-		Handles:          uint64(lib.handles.CountChildren(e.id.Load())),
-		Segments:         uint64(cs.Segments),
-		Batches:          uint64(cs.Batches),
-		RequestsInFlight: uint64(max(cs.RequestsInFlight, 0)),
-		Allocations:      uint64(cs.Allocations),
-		ProcessHandles:   uint64(lib.handles.Len()),
-		Transports:       cs.Transports,
-		Metadata:         cs.Metadata,
-		Listeners:        cs.Listeners,
-		Unavailable:      cs.Unavailable,
+		Regions:             uint64(cs.Regions),
+		RegisteredBytes:     cs.RegisteredBytes,
+		Reservations:        uint64(cs.Reservations),
+		Handles:             uint64(lib.handles.CountChildren(e.id.Load())),
+		Segments:            uint64(cs.Segments),
+		Batches:             uint64(cs.Batches),
+		RequestsInFlight:    uint64(max(cs.RequestsInFlight, 0)),
+		Allocations:         uint64(cs.Allocations),
+		ProcessHandles:      uint64(lib.handles.Len()),
+		NotifySenderRefused: uint64(max(cs.NotifySenderRefused, 0)),
+		Transports:          cs.Transports,
+		Metadata:            cs.Metadata,
+		Listeners:           cs.Listeners,
+		Unavailable:         cs.Unavailable,
 	}
 	if s.Listeners == nil {
 		s.Listeners = map[string]core.ListenerStats{}

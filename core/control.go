@@ -15,15 +15,17 @@ const (
 	ctlGetDesc    uint8 = 1 // C->S: u64 id
 	ctlDesc       uint8 = 2 // S->C: u64 id, i32 code, str message, bytes descriptor
 	ctlChanged    uint8 = 3 // S->C push: u64 incarnation, u64 generation
-	ctlNotify     uint8 = 4 // C->S: u64 id, str from, bytes message
+	ctlNotify     uint8 = 4 // C->S: u64 id, str from (the handshake's name), bytes message
 	ctlNotifyDone uint8 = 5 // S->C: u64 id, i32 code, str message
 )
 
 const maxCtlFrame = wire.MaxDescriptorSize + 1024
 
 // serveControl answers one control connection: descriptors, notifications,
-// and a push whenever this engine's registrations change.
-func (e *Engine) serveControl(c net.Conn, _ string) {
+// and a push whenever this engine's registrations change. peer is the name
+// the connection's handshake gave, the only sender its notifications may
+// name.
+func (e *Engine) serveControl(c net.Conn, peer string) {
 	var wmu sync.Mutex
 	write := func(typ uint8, payload []byte) error {
 		wmu.Lock()
@@ -70,7 +72,10 @@ func (e *Engine) serveControl(c net.Conn, _ string) {
 			if err := d.Finish(); err != nil {
 				return
 			}
-			nerr := e.notes.push(from, msg)
+			nerr := e.senders.check(e, peer, from)
+			if nerr == nil {
+				nerr = e.notes.push(peer, msg)
+			}
 			enc := wire.NewEncoder(nil)
 			enc.U64(id)
 			enc.Status(nerr)

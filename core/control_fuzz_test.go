@@ -26,7 +26,9 @@ func ctlFrame(typ uint8, body func(*wire.Encoder)) []byte {
 // are bounded by the queue.
 func FuzzServeControl(f *testing.F) {
 	getDesc := ctlFrame(ctlGetDesc, func(e *wire.Encoder) { e.U64(1) })
-	notify := ctlFrame(ctlNotify, func(e *wire.Encoder) { e.U64(2); e.String("peer"); e.Bytes([]byte("hello")) })
+	notify := ctlFrame(ctlNotify, func(e *wire.Encoder) { e.U64(2); e.String("fuzz"); e.Bytes([]byte("hello")) })
+	forged := ctlFrame(ctlNotify, func(e *wire.Encoder) { e.U64(4); e.String("another"); e.Bytes([]byte("hello")) })
+	f.Add(forged)
 	f.Add(getDesc)
 	f.Add(append(append([]byte{}, getDesc...), notify...))
 	f.Add(append(append([]byte{}, notify...), getDesc...))

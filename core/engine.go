@@ -126,6 +126,7 @@ type Engine struct {
 	byAddress     bool   // ... and by listen address
 	localPeers    *LocalPeers
 	notes         *notifyQueue
+	senders       senderGate   // holds a notification to its connection's name
 	links         *links       // control links to peers
 	subscribers   *subscribers // served control connections told of changes
 	mem           *memory.Layer
@@ -652,6 +653,9 @@ type Stats struct {
 	// DuplicateCompletions counts requests a transport reported done twice
 	// for one attempt (a transport bug; the second report is ignored).
 	DuplicateCompletions int64
+	// NotifySenderRefused counts notifications refused because the sender
+	// they named was not the one their connection's handshake gave.
+	NotifySenderRefused int64
 }
 
 // Stats returns the engine's current counts.
@@ -671,6 +675,7 @@ func (e *Engine) Stats() Stats {
 		Listeners:        map[string]ListenerStats{},
 
 		DuplicateCompletions: e.duplicateDone.Load(),
+		NotifySenderRefused:  e.senders.refused.Load(),
 	}
 	ts := e.transports
 	s.Unavailable = make(map[string]string, len(e.unavailable))

@@ -1,16 +1,77 @@
 package core
 
 import (
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tent-dev/tent/status"
 )
 
-// Notification is a message another engine sent this one.
+// Notification is a message another engine sent this one. From is the
+// name the sender's connection gave in its handshake (for an engine of this
+// process, its name): with a secret, a name proved by a holder of the
+// secret; without one, only what the peer says.
 type Notification struct {
 	From string
 	Msg  []byte
+}
+
+// senderGate delivers a notification that came over the network only under
+// the name the connection's handshake gave: the sender name inside the
+// notification frame must be that name, or the notification is refused.
+// (The secret is shared, so it proves that a peer is one of the engines
+// that hold it, not which one: a holder can give any name in its
+// handshake. What the gate ensures is that a notification never names a
+// sender other than the one its connection authenticated as.)
+type senderGate struct {
+	refused atomic.Int64 // notifications refused for naming another sender
+
+	mu     sync.Mutex
+	logged map[string]struct{} // peers whose refusal was logged, bounded
+}
+
+// maxLoggedSenders bounds the peers a refusal is logged for: each logs
+// once, and made-up names cannot grow the set without limit (the counter
+// still counts every refusal).
+const maxLoggedSenders = 1024
+
+// check returns nil when claimed is the connection's name peer; otherwise
+// it counts the refusal, logs the first one of each peer and returns the
+// error the sender sees.
+// A name with a NUL byte is refused too: C reads the sender as a
+// NUL-terminated string, so "victim\x00x" would reach it as "victim".
+func (g *senderGate) check(e *Engine, peer, claimed string) error {
+	var err error
+	switch {
+	case claimed != peer:
+		err = status.Errorf(status.PermissionDenied,
+			"notification names sender %q but its connection's handshake named %q", claimed, peer)
+	case strings.IndexByte(peer, 0) >= 0:
+		err = status.Errorf(status.PermissionDenied, "notification from %q: a sender name holds no NUL byte", peer)
+	default:
+		return nil
+	}
+	g.refused.Add(1)
+	if g.firstFrom(peer) {
+		e.log.Warn("notification refused: its sender is not the name its connection gave",
+			"peer", peer, "claimed", claimed, "authenticated", len(e.opts.Secret) > 0)
+	}
+	return err
+}
+
+func (g *senderGate) firstFrom(peer string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if _, seen := g.logged[peer]; seen || len(g.logged) >= maxLoggedSenders {
+		return false
+	}
+	if g.logged == nil {
+		g.logged = map[string]struct{}{}
+	}
+	g.logged[peer] = struct{}{}
+	return true
 }
 
 // notifyQueue holds received notifications until the application takes

@@ -14,6 +14,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	peertest.Commands["rawnotify"] = rawNotify
 	peertest.Main(available()...)
 	os.Exit(m.Run())
 }

@@ -406,7 +406,9 @@ tent_status tent_engine_stats(tent_engine *engine, tent_stats *out);
  * published_generation, behind, writes, publish_timeouts, lease_regrants,
  * watch_invalidations, stale_resolves), and "unavailable": each transport
  * asked for that cannot serve on this machine, with the reason (e.g.
- * "cuda": "no CUDA driver ..."; such a transport is not installed) into
+ * "cuda": "no CUDA driver ..."; such a transport is not installed), and
+ * "notify_sender_refused" (notifications refused on arrival for naming a
+ * sender other than their connection's, see tent_notify_recv) into
  * buf, NUL-terminated; TENT_ERR_BUFFER_TOO_SMALL if cap is too small.
  * *len_out (may be NULL) receives the length without the NUL. */
 tent_status tent_engine_stats_json(tent_engine *engine, char *buf, size_t cap, size_t *len_out);
@@ -558,8 +560,13 @@ tent_status tent_notify_send(tent_engine *engine, tent_segment *segment, const v
 
 /* Receives the oldest notification, waiting up to timeout_ms (0 = do not
  * wait, negative = the engine's default timeout). Copies the message into
- * buf and the sender's segment name, NUL-terminated, into from (may be NULL
- * when from_cap is 0). *len_out receives the message length. If buf or
+ * buf and the sender's name, NUL-terminated, into from (may be NULL
+ * when from_cap is 0). The sender's name is the one its connection gave in
+ * the handshake (with a secret, proved by a holder of the secret; without
+ * one, only a claim); a notification naming another sender, or a name with
+ * a NUL byte, is refused on arrival (the sender gets
+ * TENT_ERR_PERMISSION_DENIED) and counted in tent_engine_stats_json's
+ * "notify_sender_refused". *len_out receives the message length. If buf or
  * from is too small the message stays queued, *len_out is set, and
  * TENT_ERR_BUFFER_TOO_SMALL is returned. No message: TENT_ERR_TIMEOUT.
  * len_out, buf (up to min(cap, 65536) bytes) and from (up to

@@ -144,7 +144,7 @@ _live_engines: "weakref.WeakSet[Engine]" = weakref.WeakSet()
 
 
 class Notification(NamedTuple):
-    sender: str  # the sender's segment name
+    sender: str  # the name its connection gave in the handshake (tent_notify_recv)
     message: bytes
 
 
