@@ -54,7 +54,9 @@ def test_mooncake_registration_codes(mooncake):
     assert e.unregister_memory(other.ctypes.data) == -3
     assert e.batch_register_memory([other.ctypes.data], [other.nbytes]) == 0
     assert e.batch_unregister_memory([other.ctypes.data]) == 0
-    assert e.register_memory(base, -1) < 0 and e.register_memory(base, 0) < 0
+    assert e.register_memory(base, 0) < 0
+    with pytest.raises(TypeError, match="incompatible function arguments"):  # size_t: as the bindings
+        e.register_memory(base, -1)
 
 
 def test_mooncake_batch_inputs(mooncake):
@@ -73,15 +75,25 @@ def test_mooncake_batch_inputs(mooncake):
     assert e.batch_transfer_sync_read(peer, dst, src, lens) == 0
     assert e.batch_transfer_sync_write(peer, [], [], []) == 0  # nothing to do
     mem[half:] = 0
-    bad = {
+    # what the bindings cannot convert to uintptr_t / size_t: their TypeError
+    refused = {
         "float address": ([float(src[0])] + src[1:], dst, lens),
         "float length": (src, dst, [bs + 0.5] + lens[1:]),
         "negative address": ([-1] + src[1:], dst, lens),
         "address past 2**64": ([1 << 64] + src[1:], dst, lens),
+        "strings": ([str(a) for a in src], dst, lens),
+        "float array": (np.array(src, dtype=np.float64), dst, lens),
+        "negative array": (src, np.array([-1] * n), lens),
+    }
+    for what, (s, d, ln) in refused.items():
+        for call in (e.batch_transfer_sync_write, e.batch_transfer_async_write):
+            with pytest.raises(TypeError, match="incompatible function arguments"):
+                call(peer, s, d, ln)
+    # what converts but tent refuses: a code
+    bad = {
         "range past 2**64": ([(1 << 64) - 8] + src[1:], dst, lens),
         "zero length": (src, dst, lens[:-1] + [0]),
         "lists of different lengths": (src, dst[:-1], lens),
-        "strings": ([str(a) for a in src], dst, lens),
         "unregistered local memory": ([a + (1 << 40) for a in src], dst, lens),
     }
     for what, (s, d, ln) in bad.items():
@@ -209,16 +221,18 @@ def test_mooncake_scalars_are_integers_never_truncated(mooncake):
     e, peer, mem = mooncake
     base, half = mem.ctypes.data, mem.nbytes // 2
     mem[:64] = 9
-    # a float address or length is refused (int() would truncate it silently)
-    assert e.transfer_sync_write(peer, float(base), base + half, 64) == -1
-    assert e.transfer_sync_write(peer, base, base + half, 64.0) == -1
-    assert e.transfer_sync_read(peer, base + half, float(base), 64) == -1
+    # a float address or length is the bindings' TypeError (never truncated)
+    for args in ((float(base), base + half, 64), (base, base + half, 64.0), (base + half, float(base), 64)):
+        with pytest.raises(TypeError, match="incompatible function arguments"):
+            e.transfer_sync_write(peer, *args)
     assert not mem[half:half + 64].any()
     assert e.transfer_sync_write(peer, np.uint64(base), np.int64(base + half), np.int32(64)) == 0
     assert (mem[half:half + 64] == 9).all()
     other = np.zeros(4096, dtype=np.uint8)
-    assert e.register_memory(float(other.ctypes.data), 4096) == -1
-    assert e.batch_register_memory([other.ctypes.data], [4096.0]) == -1
+    with pytest.raises(TypeError):
+        e.register_memory(float(other.ctypes.data), 4096)
+    with pytest.raises(TypeError):
+        e.batch_register_memory([other.ctypes.data], [4096.0])
     assert e.unregister_memory(other.ctypes.data) == -3  # nothing was registered
 
 
@@ -233,9 +247,11 @@ def test_mooncake_byte_helpers_stay_inside_this_engines_host_memory(mooncake):
         assert e.write_bytes_to_buffer(addr, b"abcd", 4) == -1, hex(addr)
         with pytest.raises(ValueError):
             e.read_bytes_from_buffer(addr, 4)
-    assert e.write_bytes_to_buffer(base, b"abcd", -1) == -1
-    assert e.write_bytes_to_buffer(base, b"abcd", 2.0) == -1
-    with pytest.raises(ValueError):
+    assert e.write_bytes_to_buffer(base, b"abcd", 5) == -1  # more than given
+    for bad in (-1, 2.0):
+        with pytest.raises(TypeError):
+            e.write_bytes_to_buffer(base, b"abcd", bad)
+    with pytest.raises(TypeError):
         e.read_bytes_from_buffer(base, -1)
     with pytest.raises(TypeError):
         e.read_bytes_from_buffer(float(base), 4)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import array
 import functools
-import operator
 import os
 import struct
 import threading
@@ -24,6 +23,8 @@ from typing import Any, List, Optional, Tuple
 
 import tent
 from tent import _lib
+
+from . import _pybind
 
 # Transport names tent itself knows; anything else a client asks for
 # ("rdma", "UCX", "efa", ...) is served by tent's own choice per peer.
@@ -112,21 +113,28 @@ def as_bytes(msg: Any) -> bytes:
 def requests(op: str, segment: tent.Segment, local_addrs: Any, remote_addrs: Any, lengths: Any,
              scratch: Optional["RequestScratch"] = None) -> Any:
     """One request array for ``Engine.transfer`` from three parallel
-    sequences of raw addresses/lengths (lists or numpy arrays).
+    sequences of raw addresses/lengths (see ``columns``). With a
+    ``scratch``, the rows are written into its buffer (see RequestScratch):
+    the array is only valid until the thread's next call, which is all
+    ``Engine.transfer`` needs, since it copies them."""
+    return request_words(op, segment, columns(local_addrs, remote_addrs, lengths), scratch)
 
-    Checks what ctypes could not represent (negative or non-integer values,
-    lengths of zero, ranges running past 2**64); whether the local ranges
-    are registered is checked by tent itself, the remote ones by the peer.
-    The array is written as rows of five 64-bit words (tent_request's
-    layout, checked once in ``_request_words``) from one conversion of the
-    three lists: the per-call cost that the Mooncake and NIXL calls add to
-    tent's own. With a ``scratch``, the rows are written into its buffer
-    (see RequestScratch): the array is only valid until the thread's next
-    call, which is all ``Engine.transfer`` needs, since it copies them.
+
+def columns(local_addrs: Any, remote_addrs: Any, lengths: Any) -> Any:
+    """The 3 x n uint64 array of (local addresses, remote addresses,
+    lengths) from three sequences (lists, tuples, numpy arrays), each
+    element taken as Mooncake's bindings take a uintptr_t: a value they
+    refuse (a float, a negative number, None, a str, 2**64 or more) raises
+    ``_pybind.Mismatch``. Then what tent refuses: lists of different
+    lengths, a length of zero, a range running past 2**64
+    (``tent.InvalidArgument``); whether the local ranges are registered is
+    checked by tent itself, the remote ones by the peer.
+
+    This conversion is the per-call cost the Mooncake calls add to tent's
+    own, so the common case (three lists of ints) takes one pass of C loops.
     """
     import numpy as np
 
-    cols: Any = None
     if type(local_addrs) is list and type(remote_addrs) is list and type(lengths) is list:
         n = len(lengths)
         if n and len(local_addrs) == n and len(remote_addrs) == n:
@@ -134,7 +142,7 @@ def requests(op: str, segment: tent.Segment, local_addrs: Any, remote_addrs: Any
             # (array.array, then a numpy view without a copy): a third of
             # what np.array's type discovery costs per batch. "Q" refuses
             # floats (no silent truncation), negative values and values past
-            # 2**64; the checked path below then says which.
+            # 2**64; the element-wise path below then decides as the bindings do.
             try:
                 words = array.array("Q", local_addrs)
                 words.extend(remote_addrs)
@@ -146,23 +154,40 @@ def requests(op: str, segment: tent.Segment, local_addrs: Any, remote_addrs: Any
                 # Below 2**63 each, no range can run past 2**64: one
                 # reduction checks all three columns.
                 if cols.max() < _U63 and cols[2].all():
-                    return request_words(op, segment, cols, scratch)
-            cols = None  # zero lengths, huge values, floats: the checked path says which
-    if cols is None:
-        la, ra, ln = (_u64_column(np, x, what) for x, what in
-                      ((local_addrs, "local addresses"), (remote_addrs, "remote addresses"), (lengths, "lengths")))
-        if not (la.shape == ra.shape == ln.shape):
-            raise tent.InvalidArgument(
-                f"{la.shape[0]} local addresses, {ra.shape[0]} remote addresses and {ln.shape[0]} lengths: "
-                "the lists must have one entry each per transfer")
-        cols = np.stack((la, ra, ln)) if la.shape[0] else np.zeros((3, 0), dtype=np.uint64)
+                    return cols
+                return _checked(np, cols)
+    la, ra, ln = (_uint_column(np, x) for x in (local_addrs, remote_addrs, lengths))
+    if not (la.shape == ra.shape == ln.shape):
+        raise tent.InvalidArgument(
+            f"{la.shape[0]} local addresses, {ra.shape[0]} remote addresses and {ln.shape[0]} lengths: "
+            "the lists must have one entry each per transfer")
+    return _checked(np, np.stack((la, ra, ln)) if la.shape[0] else np.zeros((3, 0), dtype=np.uint64))
+
+
+def _checked(np: Any, cols: Any) -> Any:
     la, ra, ln = cols[0], cols[1], cols[2]
     if ln.shape[0] and not ln.all():
         raise tent.InvalidArgument(f"transfer {int(np.argmin(ln))}: length 0")
     limit = np.uint64(_U64_MAX) - ln
     if (la > limit).any() or (ra > limit).any():
         raise tent.InvalidArgument("a range runs past 2**64")
-    return request_words(op, segment, cols, scratch)
+    return cols
+
+
+def _uint_column(np: Any, values: Any) -> Any:
+    """A sequence as a 1-D uint64 array, each element as the bindings take
+    a uintptr_t (Mismatch for one they refuse). Integer numpy arrays in one
+    conversion, anything else element by element."""
+    if isinstance(values, np.ndarray) and values.ndim == 1 and values.dtype.kind in "uib":
+        if values.dtype.kind == "i" and values.size and values.min() < 0:
+            raise _pybind.Mismatch
+        return values.astype(np.uint64)
+    if type(values) in (list, tuple, range):  # (array.array would read a bytearray's raw bytes)
+        try:
+            return np.frombuffer(array.array("Q", values), dtype=np.uint64)
+        except (TypeError, OverflowError):
+            pass
+    return np.array([_pybind.uint(v) for v in values], dtype=np.uint64).reshape(-1)
 
 
 class RequestScratch(threading.local):
@@ -241,28 +266,6 @@ _U64_MAX = (1 << 64) - 1
 _U63 = 1 << 63
 
 
-def _u64_column(np: Any, values: Any, what: str) -> Any:
-    """values as a 1-D uint64 array; negative or non-integer values refused
-    (a float would be truncated silently by a uint64 conversion)."""
-    arr = values if isinstance(values, np.ndarray) else np.asarray(values)
-    arr = arr.reshape(-1)
-    if arr.dtype.kind == "u":
-        return arr.astype(np.uint64, copy=False)
-    if arr.dtype.kind == "i":
-        if arr.size and arr.min() < 0:
-            raise tent.InvalidArgument(f"{what} must not be negative")
-        return arr.astype(np.uint64)
-    if arr.dtype.kind == "O" and all(isinstance(v, int) and not isinstance(v, bool) for v in arr):
-        try:
-            return arr.astype(np.uint64)
-        except (OverflowError, ValueError):
-            pass
-        raise tent.InvalidArgument(f"{what} must be integers in 0 .. 2**64-1")
-    if arr.size == 0:
-        return arr.astype(np.uint64)
-    raise TypeError(f"{what} must be integers, not {arr.dtype}")
-
-
 def split_host_port(hostname: str) -> Tuple[str, int]:
     """"host", "host:port", "[v6]:port" -> (host, port or 0)."""
     h = hostname.strip()
@@ -288,8 +291,3 @@ def free_port(host: str) -> int:
     with socket.socket(fam, socket.SOCK_STREAM) as s:
         s.bind((bare, 0))
         return int(s.getsockname()[1])
-
-
-def flat(xs: Any) -> List[int]:
-    """xs as Python ints; floats and other non-integers refused (TypeError), never truncated."""
-    return [operator.index(x) for x in xs]

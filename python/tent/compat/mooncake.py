@@ -34,7 +34,6 @@ import enum
 import itertools
 import json
 import logging
-import operator
 import os
 import threading
 import weakref
@@ -42,7 +41,7 @@ from typing import Any, Deque, Dict, List, Optional, Tuple
 
 import tent
 
-from . import _common
+from . import _common, _pybind
 from .http_metadata import HTTPMetadataClient
 
 logger = logging.getLogger("tent.compat.mooncake")
@@ -102,19 +101,90 @@ Write = TransferOpcode.Write
 
 
 class TransferNotify:
-    """A notification: the name the sender gave it and its message (str)."""
+    """A notification: the name the sender gave it and its message (str).
+    Built as the bindings build it: ``TransferNotify()`` or
+    ``TransferNotify(name, msg)``, both strings (or bytes), positionally or
+    by keyword; anything else is their TypeError."""
 
-    __slots__ = ("name", "msg")
+    __slots__ = ("_name", "_msg")
 
-    def __init__(self, name: str = "", msg: str = "") -> None:
-        self.name = name
-        self.msg = msg
+    _SUPPORTED = ("mooncake.engine.TransferNotify()", "mooncake.engine.TransferNotify(name: str, msg: str)")
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            if not args and not kwargs:
+                name, msg = "", ""
+            else:
+                name, msg = _pybind._bind(_NOTIFY_PARAMS, args, kwargs)
+            self._name, self._msg = _pybind.text(name), _pybind.text(msg)
+        except _pybind.Mismatch:
+            raise _pybind.incompatible("__init__", self._SUPPORTED, args, kwargs, constructor=True) from None
+
+    def _set(self, slot: str, value: Any) -> None:
+        try:
+            setattr(self, slot, _pybind.text(value))
+        except _pybind.Mismatch:
+            raise _pybind.incompatible("", ["(self: mooncake.engine.TransferNotify, arg0: str) -> None"],
+                                       (self, value), {}) from None
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    @name.setter
+    def name(self, value: Any) -> None:
+        self._set("_name", value)
+
+    @property
+    def msg(self) -> str:
+        return self._msg
+
+    @msg.setter
+    def msg(self, value: Any) -> None:
+        self._set("_msg", value)
 
     def __repr__(self) -> str:
         return f"TransferNotify(name={self.name!r}, msg={self.msg!r})"
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, TransferNotify) and (self.name, self.msg) == (other.name, other.msg)
+
+
+_NOTIFY_PARAMS = (_pybind.Param("name", "str", _pybind.text), _pybind.Param("msg", "str", _pybind.text))
+
+# ---- the bindings' parameter types (see _pybind) ----
+
+_OWNER = "mooncake.engine.TransferEngine"
+
+
+def _int(name: Optional[str] = None) -> _pybind.Param:
+    return _pybind.Param(name, "int", _pybind.uint)
+
+
+def _str(name: Optional[str] = None, default: Any = _pybind._NO_DEFAULT) -> _pybind.Param:
+    """A std::string parameter."""
+    return _pybind.Param(name, "str", _pybind.text, default)
+
+
+def _cstr(name: Optional[str] = None, default: Any = _pybind._NO_DEFAULT) -> _pybind.Param:
+    """A const char * parameter (None passes, as a null pointer)."""
+    return _pybind.Param(name, "str", _pybind.ctext, default)
+
+
+def _ints(name: Optional[str] = None, elements_later: bool = False) -> _pybind.Param:
+    """A std::vector<uintptr_t> parameter. elements_later: only the sequence
+    is checked here, the body converts the elements (in one pass, into the
+    request rows) and raises Mismatch for one the bindings would refuse."""
+    return _pybind.Param(name, "list[int]", _pybind.sequence if elements_later else _pybind.uints)
+
+
+_OPCODE = _pybind.Param("opcode", "mooncake.engine.TransferOpcode", _pybind.instance_of(TransferOpcode))
+_NOTIFY = _pybind.Param("notify", "mooncake.engine.TransferNotify", _pybind.instance_of(TransferNotify, none=True),
+                        None, "None")
+_HINT = _str("transport_hint", "")
+_TARGET = _cstr("target_hostname")
+_ONE = (_TARGET, _int("buffer"), _int("peer_buffer_address"), _int("length"))
+_MANY = (_TARGET, _ints("buffers", True), _ints("peer_buffer_addresses", True), _ints("lengths", True))
 
 
 def _parse_metadata(metadata_server: str, metadata_type: Optional[str]) -> Tuple[str, str]:
@@ -181,6 +251,8 @@ class TransferEngine:
     # ---- failures ----
 
     def _fail(self, what: str, exc: BaseException, code: int = _FAIL) -> int:
+        if isinstance(exc, _pybind.Mismatch):
+            raise exc  # an argument the bindings refuse: their TypeError, not a code
         self.last_error = f"{what}: {exc}"
         logger.error("%s", self.last_error)
         return code
@@ -193,6 +265,7 @@ class TransferEngine:
 
     # ---- setup ----
 
+    @_pybind.method(_OWNER, "int", _cstr(), _cstr(), _cstr(), _cstr())
     def initialize(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str) -> int:
         """Starts the engine. ``local_hostname`` is "host" or "host:port"
         (the port to listen on; none = any), ``metadata_server``
@@ -202,6 +275,7 @@ class TransferEngine:
         devices itself). Returns 0, or -1."""
         return self.initialize_ext(local_hostname, metadata_server, protocol, device_name, None)
 
+    @_pybind.method(_OWNER, "int", _cstr(), _cstr(), _cstr(), _cstr(), _cstr())
     def initialize_ext(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str,
                        metadata_type: Optional[str]) -> int:
         """``initialize`` with the metadata type ("etcd", "http", "p2p") for
@@ -268,13 +342,14 @@ class TransferEngine:
 
     # ---- memory ----
 
+    @_pybind.method(_OWNER, "int", _int("buffer_addr"), _int("capacity"), _str("location", "*"))
     def register_memory(self, buffer_addr: int, capacity: int, location: str = "*") -> int:
         """Registers [buffer_addr, +capacity). ``location`` "*" = detect,
         or "cpu:N" / "cuda:N". Returns 0, ERR_ADDRESS_OVERLAPPED (-7: already
         registered, or overlapping), or -1 (a bad range)."""
         try:
             e = self._need()
-            region = e.register((operator.index(buffer_addr), operator.index(capacity)), location=_location(location))
+            region = e.register((buffer_addr, capacity), location=_location(location))
             with self._lock:
                 self._regions[region.addr] = region
                 self._order.append(region.addr)
@@ -282,15 +357,16 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             return self._fail("register_memory", exc, _registration_code(exc))
 
+    @_pybind.method(_OWNER, "int", _int())
     def unregister_memory(self, buffer_addr: int) -> int:
         """Unregisters the memory registered at buffer_addr (waiting for
         transfers still using it, up to tent's unregister timeout). Returns
         0, or ERR_ADDRESS_NOT_REGISTERED (-3) for an address never registered."""
         try:
             with self._lock:
-                region = self._regions.pop(int(buffer_addr), None)
+                region = self._regions.pop(buffer_addr, None)
             if region is None:
-                raise tent.NotRegistered(f"no memory registered at {int(buffer_addr):#x}")
+                raise tent.NotRegistered(f"no memory registered at {buffer_addr:#x}")
             try:
                 region.close()
             except BaseException:
@@ -303,12 +379,13 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             return self._fail("unregister_memory", exc, _registration_code(exc))
 
+    @_pybind.method(_OWNER, "int", _ints("buffer_addresses"), _ints("capacities"), _str("location", "*"))
     def batch_register_memory(self, buffer_addresses: List[int], capacities: List[int],
                               location: str = "*") -> int:
         """Registers many buffers, all or none."""
         try:
             e = self._need()
-            addrs, caps = _common.flat(buffer_addresses), _common.flat(capacities)
+            addrs, caps = buffer_addresses, capacities
             if len(addrs) != len(caps):
                 raise tent.InvalidArgument(f"{len(addrs)} addresses but {len(caps)} capacities")
             regions = e.register_batch([(a, c) for a, c in zip(addrs, caps)], location=_location(location))
@@ -320,11 +397,12 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             return self._fail("batch_register_memory", exc, _registration_code(exc))
 
+    @_pybind.method(_OWNER, "int", _ints())
     def batch_unregister_memory(self, buffer_addresses: List[int]) -> int:
         """Unregisters many buffers, all or none."""
         try:
             e = self._need()
-            addrs = _common.flat(buffer_addresses)
+            addrs = buffer_addresses
             with self._lock:
                 missing = [a for a in addrs if a not in self._regions]
                 if missing:
@@ -339,11 +417,12 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             return self._fail("batch_unregister_memory", exc, _registration_code(exc))
 
+    @_pybind.method(_OWNER, "int", _int())
     def allocate_managed_buffer(self, length: int) -> int:
         """Allocates and registers length bytes (tent_alloc: shared memory
         same-host peers map directly). Returns its address, 0 on failure."""
         try:
-            region = self._need().alloc(int(length))
+            region = self._need().alloc(length)
             with self._lock:
                 self._managed[region.addr] = region
                 self._order.append(region.addr)
@@ -351,13 +430,14 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             return self._fail("allocate_managed_buffer", exc, 0)
 
+    @_pybind.method(_OWNER, "int", _int(), _int())
     def free_managed_buffer(self, buffer_addr: int, length: int) -> int:
         """Frees a buffer from allocate_managed_buffer."""
         try:
             with self._lock:
-                region = self._managed.pop(int(buffer_addr), None)
+                region = self._managed.pop(buffer_addr, None)
             if region is None:
-                raise tent.NotRegistered(f"{int(buffer_addr):#x} is not a managed buffer of this engine")
+                raise tent.NotRegistered(f"{buffer_addr:#x} is not a managed buffer of this engine")
             region.close()
             with self._lock:
                 self._order.remove(region.addr)
@@ -365,13 +445,15 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             return self._fail("free_managed_buffer", exc)
 
-    def write_bytes_to_buffer(self, dest_address: int, src: Any, length: int) -> int:
-        """Copies length bytes of src (bytes-like, or str as UTF-8) to
+    @_pybind.method(_OWNER, "int", _int(), _pybind.Param(None, "str", _pybind.cbytes), _int())
+    def write_bytes_to_buffer(self, dest_address: int, src: Optional[bytes], length: int) -> int:
+        """Copies length bytes of src (bytes, bytearray, or str as UTF-8) to
         dest_address (local memory)."""
         try:
-            data = src.encode() if isinstance(src, str) else bytes(memoryview(src).cast("B"))
-            n = operator.index(length)
-            if n < 0 or n > len(data):
+            if src is None:
+                raise ValueError("no source bytes (None)")
+            data, n = src, length
+            if n > len(data):
                 raise ValueError(f"length {n} exceeds the {len(data)} bytes given")
             addr = self._host_range(dest_address, n)
         except Exception as exc:  # noqa: BLE001
@@ -379,20 +461,17 @@ class TransferEngine:
         ctypes.memmove(addr, data, n)
         return 0
 
+    @_pybind.method(_OWNER, "bytes", _int(), _int())
     def read_bytes_from_buffer(self, source_address: int, length: int) -> bytes:
         """length bytes at source_address (local memory). Mooncake copies
         from any address; tent reads only inside host memory this engine
         registered or allocated, and raises ValueError for anything else
         (where a raw copy would crash the process)."""
-        n = operator.index(length)
-        if n < 0:
-            raise ValueError(f"length {n} is negative")
-        return ctypes.string_at(self._host_range(source_address, n), n)
+        return ctypes.string_at(self._host_range(source_address, length), length)
 
-    def _host_range(self, address: Any, n: int) -> int:
-        """address, checked to start n bytes inside host memory this engine
+    def _host_range(self, addr: int, n: int) -> int:
+        """addr, checked to start n bytes inside host memory this engine
         registered or allocated (ValueError otherwise)."""
-        addr = operator.index(address)
         with self._lock:
             regions = list(self._regions.values()) + list(self._managed.values())
         for r in regions:
@@ -402,6 +481,7 @@ class TransferEngine:
                 return addr
         raise ValueError(f"[{addr:#x}, +{n}) is not inside host memory this engine registered or allocated")
 
+    @_pybind.method(_OWNER, "int", _str())
     def get_first_buffer_address(self, segment_name: str) -> int:
         """The address of the first buffer registered in segment_name (this
         engine's own, or a peer's: asked of the peer through tent's
@@ -436,6 +516,7 @@ class TransferEngine:
             self._segments[target] = seg
         return seg
 
+    @_pybind.method(_OWNER, "int", _str("peer_server_name"))
     def send_probe(self, peer_server_name: str) -> int:
         """0 if the peer answers tent's handshake now, -1 if not."""
         try:
@@ -448,6 +529,7 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             return self._fail("send_probe", exc)
 
+    @_pybind.method(_OWNER, "int", _str("segment_name"))
     def warmup_efa_segment(self, segment_name: str) -> int:
         """Opens the peer's segment ahead of the first transfer."""
         try:
@@ -466,11 +548,9 @@ class TransferEngine:
             transport = _hint(hint)
             if notify is None:
                 if op == "write":
-                    e.write((operator.index(buffer), operator.index(length)), seg, operator.index(peer),
-                            transport=transport)
+                    e.write((buffer, length), seg, peer, transport=transport)
                 else:
-                    e.read((operator.index(buffer), operator.index(length)), seg, operator.index(peer),
-                           transport=transport)
+                    e.read((buffer, length), seg, peer, transport=transport)
                 return 0
             reqs = _common.requests(op, seg, [buffer], [peer], [length], self._scratch)
             with e.transfer(reqs, notify=self._wrap(notify), transport=transport) as batch:
@@ -482,11 +562,12 @@ class TransferEngine:
     def _sync_many(self, op: str, target: str, buffers: Any, peers: Any, lengths: Any, hint: str,
                    notify: Optional[TransferNotify] = None) -> int:
         try:
+            cols = _common.columns(buffers, peers, lengths)  # first, as the bindings convert before the call
             e = self._need()
             seg = self._segment(target)
-            reqs = _common.requests(op, seg, buffers, peers, lengths, self._scratch)
-            if len(reqs) == 0:
+            if cols.shape[1] == 0:
                 return 0
+            reqs = _common.request_words(op, seg, cols, self._scratch)
             wrapped = self._wrap(notify) if notify is not None else None
             with e.transfer(reqs, notify=wrapped, transport=_hint(hint)) as batch:
                 batch.wait()
@@ -496,9 +577,10 @@ class TransferEngine:
 
     def _submit(self, op: str, target: str, buffers: Any, peers: Any, lengths: Any, hint: str) -> int:
         try:
+            cols = _common.columns(buffers, peers, lengths)
             e = self._need()
             seg = self._segment(target)
-            batch = e.transfer(_common.requests(op, seg, buffers, peers, lengths, self._scratch), transport=_hint(hint))
+            batch = e.transfer(_common.request_words(op, seg, cols, self._scratch), transport=_hint(hint))
             with self._lock:
                 bid = next(self._ids)
                 self._batches[bid] = batch
@@ -506,17 +588,20 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             return self._fail(f"batch_transfer_async_{op}({target})", exc, 0)
 
+    @_pybind.method(_OWNER, "int", *_ONE, _HINT)
     def transfer_sync_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                             transport_hint: str = "") -> int:
         """Writes length bytes at buffer (registered here) to
         peer_buffer_address (registered by the peer) and waits."""
         return self._sync_one("write", target_hostname, buffer, peer_buffer_address, length, transport_hint)
 
+    @_pybind.method(_OWNER, "int", *_ONE, _HINT)
     def transfer_sync_read(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                            transport_hint: str = "") -> int:
         """Reads length bytes at peer_buffer_address into buffer and waits."""
         return self._sync_one("read", target_hostname, buffer, peer_buffer_address, length, transport_hint)
 
+    @_pybind.method(_OWNER, "int", *_ONE, _OPCODE, _NOTIFY, _HINT)
     def transfer_sync(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                       opcode: int, notify: Optional[TransferNotify] = None,
                       transport_hint: str = "") -> int:
@@ -525,24 +610,28 @@ class TransferEngine:
         return self._sync_one(_op(opcode), target_hostname, buffer, peer_buffer_address, length,
                               transport_hint, notify)
 
+    @_pybind.method(_OWNER, "int", *_MANY, _HINT)
     def batch_transfer_sync_write(self, target_hostname: str, buffers: List[int],
                                   peer_buffer_addresses: List[int], lengths: List[int],
                                   transport_hint: str = "") -> int:
         """Writes every (buffer, peer address, length) triple as one batch and waits."""
         return self._sync_many("write", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
 
+    @_pybind.method(_OWNER, "int", *_MANY, _HINT)
     def batch_transfer_sync_read(self, target_hostname: str, buffers: List[int],
                                  peer_buffer_addresses: List[int], lengths: List[int],
                                  transport_hint: str = "") -> int:
         """Reads every triple as one batch and waits."""
         return self._sync_many("read", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
 
+    @_pybind.method(_OWNER, "int", *_MANY, _OPCODE, _NOTIFY, _HINT)
     def batch_transfer_sync(self, target_hostname: str, buffers: List[int], peer_buffer_addresses: List[int],
                             lengths: List[int], opcode: int, notify: Optional[TransferNotify] = None,
                             transport_hint: str = "") -> int:
         return self._sync_many(_op(opcode), target_hostname, buffers, peer_buffer_addresses, lengths,
                                transport_hint, notify)
 
+    @_pybind.method(_OWNER, "int", *_MANY, _HINT)
     def batch_transfer_async_write(self, target_hostname: str, buffers: List[int],
                                    peer_buffer_addresses: List[int], lengths: List[int],
                                    transport_hint: str = "") -> int:
@@ -550,26 +639,30 @@ class TransferEngine:
         get_batch_transfer_status."""
         return self._submit("write", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
 
+    @_pybind.method(_OWNER, "int", *_MANY, _HINT)
     def batch_transfer_async_read(self, target_hostname: str, buffers: List[int],
                                   peer_buffer_addresses: List[int], lengths: List[int],
                                   transport_hint: str = "") -> int:
         return self._submit("read", target_hostname, buffers, peer_buffer_addresses, lengths, transport_hint)
 
+    @_pybind.method(_OWNER, "int", *_MANY, _OPCODE, _HINT)
     def batch_transfer_async(self, target_hostname: str, buffers: List[int], peer_buffer_addresses: List[int],
                              lengths: List[int], opcode: int, transport_hint: str = "") -> int:
         return self._submit(_op(opcode), target_hostname, buffers, peer_buffer_addresses, lengths,
                             transport_hint)
 
+    @_pybind.method(_OWNER, "int", *_ONE, _HINT)
     def transfer_submit_write(self, target_hostname: str, buffer: int, peer_buffer_address: int, length: int,
                               transport_hint: str = "") -> int:
         """Submits one write; poll it with transfer_check_status."""
         return self._submit("write", target_hostname, [buffer], [peer_buffer_address], [length], transport_hint)
 
+    @_pybind.method(_OWNER, "int", _ints())
     def get_batch_transfer_status(self, batch_ids: List[int]) -> int:
         """Waits for every batch (each bounded by tent's deadline) and
         releases them: 0 if all succeeded, -1 if any failed (all released)."""
         with self._lock:
-            batches = [(int(b), self._batches.pop(int(b), None)) for b in batch_ids]
+            batches = [(b, self._batches.pop(b, None)) for b in batch_ids]
         rc = 0
         for bid, batch in batches:
             if batch is None:
@@ -583,10 +676,11 @@ class TransferEngine:
                 _close_quietly(batch)
         return rc
 
+    @_pybind.method(_OWNER, "int", _int())
     def transfer_check_status(self, batch_id: int) -> int:
         """1 done (released), 0 still running, -1 failed (released), -2 timed out (released)."""
         with self._lock:
-            batch = self._batches.get(int(batch_id))
+            batch = self._batches.get(batch_id)
         if batch is None:
             return self._fail("transfer_check_status", tent.InvalidHandle(f"unknown batch id {batch_id}"))
         try:
@@ -599,7 +693,7 @@ class TransferEngine:
         except Exception as exc:  # noqa: BLE001
             code = self._fail(f"batch {batch_id}", exc, _CHECK_FAILED)
         with self._lock:
-            self._batches.pop(int(batch_id), None)
+            self._batches.pop(batch_id, None)
         _close_quietly(batch)
         return code
 
@@ -702,6 +796,7 @@ class TransferEngine:
 
     # ---- topology ----
 
+    @_pybind.method(_OWNER, "str", _cstr("device_name", None))
     def get_local_topology(self, device_name: Optional[str] = None) -> str:
         """The machine's topology as JSON (tent's: GPUs from NVML)."""
         try:
@@ -762,13 +857,8 @@ def _location(location: Optional[str]) -> Optional[str]:
     return location
 
 
-def _op(opcode: Any) -> str:
-    code = int(opcode)
-    if code == TransferOpcode.Read:
-        return "read"
-    if code == TransferOpcode.Write:
-        return "write"
-    raise ValueError(f"opcode must be TransferOpcode.Read or Write, not {opcode!r}")
+def _op(opcode: int) -> str:
+    return "read" if opcode == TransferOpcode.Read else "write"
 
 
 def _hint(hint: str) -> Optional[str]:
