@@ -30,14 +30,22 @@ type pair struct {
 
 func newPair(t *testing.T, withTCP bool, devices ...string) *pair {
 	t.Helper()
+	return newPairWith(t, core.Options{}, withTCP, devices...)
+}
+
+// newPairWith is newPair with both engines made from opts (their limits).
+func newPairWith(t *testing.T, opts core.Options, withTCP bool, devices ...string) *pair {
+	t.Helper()
 	p := &pair{f: newFabric(devices...)}
 	names := []string{Name}
 	if withTCP {
 		names = append(names, tcp.Name)
 	}
 	mk := func() (*core.Engine, *Transport) {
-		e, err := core.New(core.Options{Available: []core.TransportSpec{Spec(Options{open: p.f.open}), tcp.Spec(tcp.Options{})},
-			Transports: names})
+		o := opts
+		o.Available = []core.TransportSpec{Spec(Options{open: p.f.open}), tcp.Spec(tcp.Options{})}
+		o.Transports = names
+		e, err := core.New(o)
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = e.Close() })
 		for _, tr := range e.Transports() {
