@@ -61,6 +61,7 @@ type conn struct {
 	callers    int           // callers waiting for the reader goroutine to let go
 	kicked     bool          // the read deadline was set in the past to free the read side
 	needReader bool          // replies are due that no caller has promised to read
+	readUntil  time.Time     // a timed caller's limit while it holds the read side, else zero
 	rdCond     sync.Cond     // callers wait on it for the reader goroutine to let go
 	rdWake     chan struct{} // wakes the reader goroutine (capacity 1)
 
@@ -237,13 +238,27 @@ func (c *conn) lowerDeadlineLocked(d time.Time) {
 }
 
 // setDeadlineLocked sets the socket's deadline; a kicked read side keeps
-// its read deadline in the past until its holder has seen it.
+// its read deadline in the past until its holder has seen it, and a timed
+// caller's read side its own earlier limit.
 func (c *conn) setDeadlineLocked(d time.Time) {
-	if c.kicked {
+	if rd := c.readDeadlineLocked(); c.kicked || rd != d {
 		_ = c.nc.SetWriteDeadline(d)
+		if !c.kicked {
+			_ = c.nc.SetReadDeadline(rd)
+		}
 		return
 	}
 	_ = c.nc.SetDeadline(d)
+}
+
+// readDeadlineLocked is the read deadline the holder of the read side
+// reads with: the socket's deadline, or a timed caller's limit if that is
+// earlier.
+func (c *conn) readDeadlineLocked() time.Time {
+	if u := c.readUntil; !u.IsZero() && (c.deadline.IsZero() || u.Before(c.deadline)) {
+		return u
+	}
+	return c.deadline
 }
 
 // stillOnTime is called when a socket operation timed out. The deadline

@@ -130,9 +130,8 @@
 // way.
 //
 // The replies of a connection are read by whoever holds its read side
-// (readside.go): its reader goroutine, or a caller blocked in Batch.Wait
-// without a timeout, which the engine lends to the transport
-// (core.Helper). A reply the reader goroutine reads costs two wake-ups
+// (readside.go): its reader goroutine, or a caller blocked in Batch.Wait,
+// which the engine lends to the transport (core.Helper). A reply the reader goroutine reads costs two wake-ups
 // (the netpoller wakes the reader, the reader wakes the caller); read by
 // the caller itself, one. The caller takes the read side when it is free,
 // or from the reader goroutine at a reply boundary (it sets the socket's
@@ -141,7 +140,13 @@
 // buffer); it reads until its batch is done or nothing more is due, and
 // completes the replies of other batches on the way. A caller that finds
 // the reader goroutine inside a reply, or another caller reading, waits as
-// before. Requests submitted with core.TransferOptions.Waiting (their
+// before. A caller whose Wait has a timeout (the Python layer waits in
+// 200 ms slices) reads with a read deadline no later than the timeout and
+// lets go at the first reply boundary after it (what came of the next
+// header stays in the buffer, and the reader goroutine reads on); a reply
+// it is inside of when the timeout passes it reads to the end, so the
+// stream is never cut and the Wait overruns by that one reply at most.
+// Requests submitted with core.TransferOptions.Waiting (their
 // caller waits at once, as tent_transfer_sync does) do not wake the reader
 // goroutine at all; when a caller lets go with nothing due, the reader
 // goroutine takes the idle connection back after a millisecond, so a

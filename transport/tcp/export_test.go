@@ -113,3 +113,8 @@ func (t *Transport) Writing() bool {
 // OnCallerRead makes f run each time a waiting caller has taken a
 // connection's read side (Help); call it before the first transfer.
 func (t *Transport) OnCallerRead(f func()) { t.onCallerRead = f }
+
+// OnPastLimit makes f run each time a timed caller's limit passes while
+// it is inside a reply (it then reads the reply to its end); call it
+// before the first transfer.
+func (t *Transport) OnPastLimit(f func()) { t.onPastLimit = f }

@@ -27,7 +27,7 @@ import (
 type fakePeer struct {
 	t    testing.TB
 	ln   net.Listener
-	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "late": answer at answerAt; "once": answer one WRITE, then never read, with the smallest receive buffer; "gated": answer each WRITE when answer gives a token
+	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "late": answer at answerAt; "once": answer one WRITE, then never read, with the smallest receive buffer; "gated": answer each WRITE when answer gives a token; "split": answer each request in two parts (part of the header, or the header and part of a READ's payload, then the rest), each when answer gives a token
 	desc []byte
 	inc  uint64
 	// answerAt (unix nanoseconds) is when a "late" peer answers the WRITEs
@@ -150,6 +150,8 @@ func (f *fakePeer) serve(c net.Conn) {
 			_, _ = io.ReadFull(c, make([]byte, 1000))
 			_ = c.(*net.TCPConn).SetLinger(0)
 			c.Close()
+		case "split":
+			f.serveSplit(c)
 		case "late", "once", "gated":
 			hdr := make([]byte, 24)
 			for answered := 0; ; answered++ {
@@ -184,6 +186,43 @@ func (f *fakePeer) serve(c net.Conn) {
 				if _, err := c.Write(reply); err != nil {
 					return
 				}
+			}
+		}
+	}
+}
+
+// serveSplit answers each request in two parts, each sent when f.answer
+// gives a token: a WRITE's reply header cut after 10 bytes, a READ's reply
+// cut after its header and 1 KiB of the payload (byte i of the payload is
+// byte(i)).
+func (f *fakePeer) serveSplit(c net.Conn) {
+	hdr := make([]byte, 24)
+	for {
+		if _, err := io.ReadFull(c, hdr); err != nil {
+			return
+		}
+		n := binary.LittleEndian.Uint32(hdr[4:])
+		reply := make([]byte, 24, 24+n)
+		reply[0] = hdr[0]
+		copy(reply[8:16], hdr[8:16])
+		cut := 10
+		if hdr[0] == 2 { // READ
+			binary.LittleEndian.PutUint32(reply[16:], n)
+			for i := uint32(0); i < n; i++ {
+				reply = append(reply, byte(i))
+			}
+			cut = 24 + 1024
+		} else if _, err := io.CopyN(io.Discard, c, int64(n)); err != nil {
+			return
+		}
+		for _, part := range [][]byte{reply[:cut], reply[cut:]} {
+			select {
+			case <-f.answer:
+			case <-f.done:
+				return
+			}
+			if _, err := c.Write(part); err != nil {
+				return
 			}
 		}
 	}

@@ -34,6 +34,10 @@ func recv[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
+// helpWaits are the Waits a caller is lent with: untimed, and timed (as
+// the Python layer waits, in slices) with a timeout the tests never reach.
+var helpWaits = []time.Duration{-1, 20 * time.Second}
+
 func waitAsync(b *core.Batch) <-chan waitResult {
 	ch := make(chan waitResult, 1)
 	go func() {
@@ -66,19 +70,24 @@ func helpedFake(t *testing.T) (*fakePeer, *core.Engine, *tcp.Transport, []core.T
 
 // A caller that waits for its batch reads the reply itself: it holds the
 // read side before the peer answers, and the reply is counted as the
-// caller's, never the reader goroutine's. This holds whether the batch was
+// caller's, never the reader goroutine's, whether it waits with a timeout
+// or not. This holds whether the batch was
 // submitted as Waiting (the reader goroutine is not woken for it) or not
 // (the reader goroutine, waiting at a reply boundary, is kicked and lets
 // go).
 func TestCallerReadsItsReply(t *testing.T) {
-	for _, waiting := range []bool{true, false} {
-		t.Run(fmt.Sprintf("waiting=%v", waiting), func(t *testing.T) {
+	for _, tc := range []struct {
+		waiting bool
+		timeout time.Duration
+	}{{true, -1}, {false, -1}, {true, 20 * time.Second}, {false, 20 * time.Second}} {
+		waiting := tc.waiting
+		t.Run(fmt.Sprintf("waiting=%v/timeout=%v", waiting, tc.timeout), func(t *testing.T) {
 			f, e, tr, req, took := helpedFake(t)
 			for i := 0; i < 3; i++ {
 				before := tr.Stats()
 				b, err := e.Submit(req, core.TransferOptions{Timeout: 30 * time.Second, Waiting: waiting})
 				require.NoError(t, err)
-				res := waitAsync(b)
+				res := waitAsyncFor(b, tc.timeout)
 				recv(t, took, "the caller to take the read side") // the peer has not answered
 				code, _, _ := b.Status(nil)
 				require.Equal(t, status.Pending, code)
@@ -101,25 +110,29 @@ func TestCallerReadsItsReply(t *testing.T) {
 // reply that comes later is read (into scratch) by the reader goroutine,
 // and the stream serves the next batch.
 func TestCancelWhileCallerReads(t *testing.T) {
-	f, e, tr, req, took := helpedFake(t)
-	b, err := e.Submit(req, core.TransferOptions{Timeout: 30 * time.Second, Waiting: true})
-	require.NoError(t, err)
-	res := waitAsync(b)
-	recv(t, took, "the caller to take the read side")
-	byReader := tr.Stats()["replies_by_reader"]
-	require.True(t, b.Cancel(), "the transport let go of the request")
-	r := recv(t, res, "Wait to return after Cancel") // never answered: only the cancel ends this Wait
-	require.Equal(t, status.Canceled, r.code, "%v", r.err)
-	e.ReleaseBatch(b)
-	require.Zero(t, tr.Stats()["requests_in_flight"])
+	for _, timeout := range helpWaits {
+		t.Run(fmt.Sprint(timeout), func(t *testing.T) {
+			f, e, tr, req, took := helpedFake(t)
+			b, err := e.Submit(req, core.TransferOptions{Timeout: 30 * time.Second, Waiting: true})
+			require.NoError(t, err)
+			res := waitAsyncFor(b, timeout)
+			recv(t, took, "the caller to take the read side")
+			byReader := tr.Stats()["replies_by_reader"]
+			require.True(t, b.Cancel(), "the transport let go of the request")
+			r := recv(t, res, "Wait to return after Cancel") // never answered: only the cancel ends this Wait
+			require.Equal(t, status.Canceled, r.code, "%v", r.err)
+			e.ReleaseBatch(b)
+			require.Zero(t, tr.Stats()["requests_in_flight"])
 
-	f.answer <- struct{}{} // the late reply is still read, by the reader goroutine
-	require.Eventually(t, func() bool { return tr.Stats()["replies_by_reader"] == byReader+1 }, 10*time.Second, time.Millisecond)
-	f.answer <- struct{}{}
-	code, _, err := run(t, e, req, 30*time.Second)
-	require.Equal(t, status.OK, code, "%v", err)
-	require.EqualValues(t, 1, tr.Stats()["dials"], "the stream was kept")
-	require.Zero(t, tr.Stats()["protocol_errors"])
+			f.answer <- struct{}{} // the late reply is still read, by the reader goroutine
+			require.Eventually(t, func() bool { return tr.Stats()["replies_by_reader"] == byReader+1 }, 10*time.Second, time.Millisecond)
+			f.answer <- struct{}{}
+			code, _, err := run(t, e, req, 30*time.Second)
+			require.Equal(t, status.OK, code, "%v", err)
+			require.EqualValues(t, 1, tr.Stats()["dials"], "the stream was kept")
+			require.Zero(t, tr.Stats()["protocol_errors"])
+		})
+	}
 }
 
 // The connection breaks while a caller is blocked reading its reply: the
@@ -127,42 +140,50 @@ func TestCancelWhileCallerReads(t *testing.T) {
 // uninstalled nothing is left (the reader goroutine freed the receive
 // buffer after the caller let go of it).
 func TestConnectionBreaksWhileCallerReads(t *testing.T) {
-	f, e, tr, req, took := helpedFake(t)
-	b, err := e.Submit(req, core.TransferOptions{Timeout: 30 * time.Second, Waiting: true})
-	require.NoError(t, err)
-	res := waitAsync(b)
-	recv(t, took, "the caller to take the read side")
-	f.closeConns()
-	r := recv(t, res, "Wait to return")
-	require.Equal(t, status.TransportError, r.code, "%v", r.err)
-	e.ReleaseBatch(b)
-	require.Eventually(t, func() bool { return tr.Stats()["connections"] == 0 }, 10*time.Second, time.Millisecond)
-	require.NoError(t, e.Uninstall("tcp"))
-	requireIdle(t, tr)
+	for _, timeout := range helpWaits {
+		t.Run(fmt.Sprint(timeout), func(t *testing.T) {
+			f, e, tr, req, took := helpedFake(t)
+			b, err := e.Submit(req, core.TransferOptions{Timeout: 30 * time.Second, Waiting: true})
+			require.NoError(t, err)
+			res := waitAsyncFor(b, timeout)
+			recv(t, took, "the caller to take the read side")
+			f.closeConns()
+			r := recv(t, res, "Wait to return")
+			require.Equal(t, status.TransportError, r.code, "%v", r.err)
+			e.ReleaseBatch(b)
+			require.Eventually(t, func() bool { return tr.Stats()["connections"] == 0 }, 10*time.Second, time.Millisecond)
+			require.NoError(t, e.Uninstall("tcp"))
+			requireIdle(t, tr)
+		})
+	}
 }
 
 // Two callers on one stream: the second finds the first reading and
 // waits; the first reads until its own batch is done and hands the rest
 // to the reader goroutine. Both end OK, in any order of answers.
 func TestTwoCallersOneStream(t *testing.T) {
-	f, e, tr, req, took := helpedFake(t)
-	first, err := e.Submit(req, core.TransferOptions{Timeout: 30 * time.Second, Waiting: true})
-	require.NoError(t, err)
-	res1 := waitAsync(first)
-	recv(t, took, "the caller to take the read side")
-	second, err := e.Submit(req, core.TransferOptions{Timeout: 30 * time.Second, Waiting: true})
-	require.NoError(t, err)
-	res2 := waitAsync(second)
-	f.answer <- struct{}{}
-	f.answer <- struct{}{}
-	for _, res := range []<-chan waitResult{res1, res2} {
-		r := recv(t, res, "Wait to return")
-		require.Equal(t, status.OK, r.code, "%v", r.err)
+	for _, timeout := range helpWaits {
+		t.Run(fmt.Sprint(timeout), func(t *testing.T) {
+			f, e, tr, req, took := helpedFake(t)
+			first, err := e.Submit(req, core.TransferOptions{Timeout: 30 * time.Second, Waiting: true})
+			require.NoError(t, err)
+			res1 := waitAsyncFor(first, timeout)
+			recv(t, took, "the caller to take the read side")
+			second, err := e.Submit(req, core.TransferOptions{Timeout: 30 * time.Second, Waiting: true})
+			require.NoError(t, err)
+			res2 := waitAsyncFor(second, timeout)
+			f.answer <- struct{}{}
+			f.answer <- struct{}{}
+			for _, res := range []<-chan waitResult{res1, res2} {
+				r := recv(t, res, "Wait to return")
+				require.Equal(t, status.OK, r.code, "%v", r.err)
+			}
+			e.ReleaseBatch(first)
+			e.ReleaseBatch(second)
+			require.Zero(t, tr.Stats()["protocol_errors"])
+			require.Zero(t, tr.Stats()["requests_in_flight"])
+		})
 	}
-	e.ReleaseBatch(first)
-	e.ReleaseBatch(second)
-	require.Zero(t, tr.Stats()["protocol_errors"])
-	require.Zero(t, tr.Stats()["requests_in_flight"])
 }
 
 // After callers have read their replies, the reader goroutine takes the
@@ -191,7 +212,7 @@ func TestIdleDropNoticedAfterCallerReads(t *testing.T) {
 }
 
 // Many goroutines share one stream with batches of one and two, waiting
-// and not, and some canceled while in flight: every batch ends OK (data
+// and not, timed and not, and some canceled while in flight: every batch ends OK (data
 // read back equal) or Canceled, nothing is left in flight, no protocol
 // error, no duplicate completion, and both callers and the reader
 // goroutine read replies.
@@ -216,6 +237,10 @@ func TestHelpStress(t *testing.T) {
 					out[k] = byte(w*31 + i + k)
 				}
 				waiting := i%2 == 0
+				wait := time.Duration(-1)
+				if i%4 >= 2 {
+					wait = 30 * time.Second // timed, as the Python layer waits
+				}
 				for _, n := range []int{1, 2} {
 					reqs := make([]core.TransferRequest, n)
 					for j := range reqs {
@@ -227,7 +252,7 @@ func TestHelpStress(t *testing.T) {
 						errs <- err
 						return
 					}
-					code, err := bt.Wait(-1)
+					code, err := bt.Wait(wait)
 					e.ReleaseBatch(bt)
 					if code != status.OK {
 						errs <- err
@@ -257,7 +282,7 @@ func TestHelpStress(t *testing.T) {
 					errs <- err
 					return
 				}
-				code, err := bt.Wait(-1)
+				code, err := bt.Wait(wait)
 				e.ReleaseBatch(bt)
 				if code != status.OK {
 					errs <- err

@@ -115,15 +115,18 @@ func (c *conn) wantReaderLocked() {
 }
 
 // help reads replies on the calling goroutine until done closes or the
-// connection has nothing more due, if it can take the read side.
-func (c *conn) help(done <-chan struct{}) {
+// connection has nothing more due, if it can take the read side. A timed
+// caller (until set) reads with a read deadline no later than until and
+// lets go at the first reply boundary after it; a reply it is inside of
+// when until passes it reads to the end (the stream is never cut).
+func (c *conn) help(done <-chan struct{}, until time.Time) {
 	select {
 	case <-done:
 		return
 	default:
 	}
 	c.mu.Lock()
-	if !c.takeReadLocked() {
+	if !c.takeReadLocked(until) {
 		c.mu.Unlock()
 		return
 	}
@@ -137,6 +140,9 @@ func (c *conn) help(done <-chan struct{}) {
 		case <-done:
 			return
 		default:
+		}
+		if !until.IsZero() && !time.Now().Before(until) {
+			return
 		}
 		c.mu.Lock()
 		if c.dead || (c.sent.len() == 0 && c.queue.len() == 0) {
@@ -153,8 +159,9 @@ func (c *conn) help(done <-chan struct{}) {
 
 // takeReadLocked gives the read side to the calling goroutine if no one
 // holds it, or if the reader goroutine holds it at a reply boundary (it is
-// kicked, and lets go as soon as it runs). c.mu is held.
-func (c *conn) takeReadLocked() bool {
+// kicked, and lets go as soon as it runs; a timed caller waits for that
+// until until at most). c.mu is held.
+func (c *conn) takeReadLocked(until time.Time) bool {
 	if c.dead || c.rd == nil || c.reader == readerCaller {
 		return false
 	}
@@ -165,11 +172,24 @@ func (c *conn) takeReadLocked() bool {
 		c.callers++
 		c.kickLocked()
 		c.t.readKicks.Add(1)
-		for c.reader == readerLoop && !c.dead {
+		var stop func() bool
+		if !until.IsZero() {
+			// The reader goroutine may have gone inside a reply
+			// before the kick: this wait ends at until at the latest.
+			stop = time.AfterFunc(time.Until(until), func() {
+				c.mu.Lock()
+				c.rdCond.Broadcast()
+				c.mu.Unlock()
+			}).Stop
+		}
+		for c.reader == readerLoop && !c.dead && (until.IsZero() || time.Now().Before(until)) {
 			c.rdCond.Wait()
 		}
+		if stop != nil {
+			stop()
+		}
 		c.callers--
-		if c.dead || c.reader != readerNone { // another caller was faster
+		if c.dead || c.reader != readerNone { // another caller was faster, or until passed
 			if c.dead {
 				c.wakeReader() // it frees the receive buffer
 			}
@@ -177,9 +197,12 @@ func (c *conn) takeReadLocked() bool {
 		}
 	}
 	c.reader = readerCaller
+	c.readUntil = until
 	if c.kicked { // the reader goroutine let go before its read saw the kick
 		c.kicked = false
-		_ = c.nc.SetReadDeadline(c.deadline)
+		_ = c.nc.SetReadDeadline(c.readDeadlineLocked())
+	} else if !until.IsZero() {
+		_ = c.nc.SetReadDeadline(c.readDeadlineLocked())
 	}
 	return true
 }
@@ -190,7 +213,9 @@ func (c *conn) takeReadLocked() bool {
 func (c *conn) releaseRead() {
 	c.mu.Lock()
 	c.reader, c.atBoundary = readerNone, false
-	if c.kicked && !c.dead {
+	reset := c.kicked || !c.readUntil.IsZero()
+	c.readUntil = time.Time{}
+	if reset && !c.dead {
 		c.kicked = false
 		_ = c.nc.SetReadDeadline(c.deadline)
 	}
@@ -231,16 +256,25 @@ const (
 )
 
 // readTimedOut sorts out a read that timed out: a kick (the read side is
-// wanted, or a caller's batch may be over) or the socket's deadline.
+// wanted, or a caller's batch may be over), a timed caller's limit, or the
+// socket's deadline.
 func (c *conn) readTimedOut() readOutcome {
 	c.mu.Lock()
 	if c.kicked && !c.dead {
 		c.kicked = false
-		_ = c.nc.SetReadDeadline(c.deadline)
+		_ = c.nc.SetReadDeadline(c.readDeadlineLocked())
 		yield := c.atBoundary && (c.callers > 0 || c.reader == readerCaller)
 		c.mu.Unlock()
 		if yield {
 			return readYield
+		}
+		return readRetry
+	}
+	if c.limitPassedLocked() {
+		yield := c.atBoundary
+		c.mu.Unlock()
+		if yield {
+			return readYield // the caller lets go; its read deadline stays passed until then
 		}
 		return readRetry
 	}
@@ -251,13 +285,35 @@ func (c *conn) readTimedOut() readOutcome {
 	return readFail
 }
 
+// limitPassedLocked reports whether the read timed out on a timed
+// caller's limit. Inside a reply the limit is dropped (the reply is read
+// to its end, by the socket's deadline); at a boundary it stays, and the
+// caller lets go. c.mu is held.
+func (c *conn) limitPassedLocked() bool {
+	if c.dead || c.readUntil.IsZero() || time.Now().Before(c.readUntil) {
+		return false
+	}
+	if !c.atBoundary {
+		c.readUntil = time.Time{}
+		_ = c.nc.SetReadDeadline(c.deadline)
+		if c.t.onPastLimit != nil {
+			c.t.onPastLimit()
+		}
+	}
+	return true
+}
+
 // payloadTimedOut is readTimedOut inside a payload, where the read side
 // is never handed over.
 func (c *conn) payloadTimedOut() bool {
 	c.mu.Lock()
 	if c.kicked && !c.dead {
 		c.kicked = false
-		_ = c.nc.SetReadDeadline(c.deadline)
+		_ = c.nc.SetReadDeadline(c.readDeadlineLocked())
+		c.mu.Unlock()
+		return true
+	}
+	if c.limitPassedLocked() {
 		c.mu.Unlock()
 		return true
 	}

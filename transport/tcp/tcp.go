@@ -76,6 +76,9 @@ type Transport struct {
 	// onCallerRead, when set (by the tests, before the first transfer),
 	// runs each time a waiting caller has taken a connection's read side.
 	onCallerRead func()
+	// onPastLimit, when set (by the tests), runs each time a timed
+	// caller's limit passes while it is inside a reply.
+	onPastLimit func()
 
 	reaping bool          // a reaper goroutine runs (under mu)
 	noConns chan struct{} // dropConn tells the reaper the last connection went
@@ -272,12 +275,8 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 // connection itself, if no other goroutine is inside a reply there, until
 // done closes or nothing more is due: the reply then wakes no reader
 // goroutine that would wake the caller (see conn.help). A timed wait
-// (until set) is not helped: a reader inside a reply cannot be bounded by
-// the caller's timeout without cutting the stream.
+// lets go at the first reply boundary after until.
 func (t *Transport) Help(r *core.Request, done <-chan struct{}, until time.Time) {
-	if !until.IsZero() {
-		return
-	}
 	t.reqMu.Lock()
 	s := t.reqs[r]
 	t.reqMu.Unlock()
@@ -285,7 +284,7 @@ func (t *Transport) Help(r *core.Request, done <-chan struct{}, until time.Time)
 		return
 	}
 	if c := s.conn.Load(); c != nil {
-		c.help(done)
+		c.help(done, until)
 	}
 }
 
