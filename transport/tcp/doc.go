@@ -146,6 +146,9 @@
 // header stays in the buffer, and the reader goroutine reads on); a reply
 // it is inside of when the timeout passes it reads to the end, so the
 // stream is never cut and the Wait overruns by that one reply at most.
+// Such a caller first blocks its thread in ppoll(2) on the socket for up
+// to 250 us (then waits in the netpoller): a small reply then reaches a C
+// thread calling in with one kernel wake-up and no Go scheduler hand-off.
 // Requests submitted with core.TransferOptions.Waiting (their
 // caller waits at once, as tent_transfer_sync does) do not wake the reader
 // goroutine at all; when a caller lets go with nothing due, the reader

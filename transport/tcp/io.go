@@ -7,6 +7,7 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -110,6 +111,27 @@ func (b *bufReader) tryFill() (bool, error) {
 		b.count.Add(int64(n))
 	}
 	return true, nil
+}
+
+// awaitData blocks the calling thread in ppoll(2) until the socket has
+// data, its peer hangs up, or d passes, when fewer than n bytes are
+// buffered; it reports nothing (the read that follows sees what came, or
+// waits in the netpoller as usual). Without a raw connection it returns
+// at once. A read deadline already passed (a kick) returns at once too,
+// but one set while the thread is in ppoll is seen only when d is up.
+func (b *bufReader) awaitData(n int, d time.Duration) {
+	if b.raw == nil || b.w-b.r >= n || d <= 0 {
+		return
+	}
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	_ = b.raw.Read(func(fd uintptr) bool {
+		fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for {
+			if _, err := unix.Ppoll(fds[:], &ts, nil); err != unix.EINTR {
+				return true
+			}
+		}
+	})
 }
 
 // fill reads until at least n bytes (n <= len(buf)) are buffered.

@@ -43,6 +43,17 @@ var kickTime = time.Unix(1, 0)
 // without waking on every caller's reply.
 const watchDelay = time.Millisecond
 
+// pollFor bounds how long a timed caller reading its reply blocks its
+// thread in ppoll(2) before waiting in the netpoller: a reply that comes
+// by then reaches it with one kernel wake-up and no Go scheduler in
+// between, which is most of a small reply's cost when the caller is a C
+// thread calling in (tent_batch_wait, the Python layer's wait). A kick
+// (Cancel) or a Close is seen only after it. Untimed waits do not poll:
+// for a goroutine that is not locked to its thread, the thread held in
+// the system call (with its P) costs more than the netpoller's wake-ups
+// (docs/BENCHMARKS.md).
+const pollFor = 250 * time.Microsecond
+
 // readLoop is the connection's reader goroutine. It takes the read side
 // when replies are due that no caller reads (needReader), or to watch the
 // connection after watchDelay, and keeps it (blocked in the socket's read
@@ -151,6 +162,9 @@ func (c *conn) help(done <-chan struct{}, until time.Time) {
 		}
 		c.atBoundary = true
 		c.mu.Unlock()
+		if !until.IsZero() {
+			c.rd.awaitData(replyHeaderSize, min(pollFor, time.Until(until)))
+		}
 		if err := c.readReply(true); err != nil && err != errYield {
 			return
 		}
