@@ -149,6 +149,8 @@
 // Such a caller first blocks its thread in ppoll(2) on the socket for up
 // to 250 us (then waits in the netpoller): a small reply then reaches a C
 // thread calling in with one kernel wake-up and no Go scheduler hand-off.
+// It helps only while at most 512 KiB is due on the connection (a large
+// batch streams through the reader goroutine as before).
 // Requests submitted with core.TransferOptions.Waiting (their
 // caller waits at once, as tent_transfer_sync does) do not wake the reader
 // goroutine at all; when a caller lets go with nothing due, the reader

@@ -43,8 +43,8 @@ var kickTime = time.Unix(1, 0)
 // without waking on every caller's reply.
 const watchDelay = time.Millisecond
 
-// pollFor bounds how long a timed caller reading its reply blocks its
-// thread in ppoll(2) before waiting in the netpoller: a reply that comes
+// pollFor bounds how long a timed caller about to read its first reply
+// blocks its thread in ppoll(2) before waiting in the netpoller: a reply that comes
 // by then reaches it with one kernel wake-up and no Go scheduler in
 // between, which is most of a small reply's cost when the caller is a C
 // thread calling in (tent_batch_wait, the Python layer's wait). A kick
@@ -53,6 +53,14 @@ const watchDelay = time.Millisecond
 // the system call (with its P) costs more than the netpoller's wake-ups
 // (docs/BENCHMARKS.md).
 const pollFor = 250 * time.Microsecond
+
+// timedHelpMax: a timed caller (mostly a C thread calling in, locked to
+// its thread) reads replies only while at most this much is due on the
+// connection: a large batch has no second wake-up worth saving, and
+// streaming many replies a locked thread parked in the netpoller may cost
+// more than the reader goroutine (64 KiB x 128 WRITE read 3-5% lower with
+// no cap, within the noise of the runs; docs/BENCHMARKS.md).
+const timedHelpMax = 512 << 10
 
 // readLoop is the connection's reader goroutine. It takes the read side
 // when replies are due that no caller reads (needReader), or to watch the
@@ -137,7 +145,7 @@ func (c *conn) help(done <-chan struct{}, until time.Time) {
 	default:
 	}
 	c.mu.Lock()
-	if !c.takeReadLocked(until) {
+	if (!until.IsZero() && c.dueBytesLocked() > timedHelpMax) || !c.takeReadLocked(until) {
 		c.mu.Unlock()
 		return
 	}
@@ -146,6 +154,7 @@ func (c *conn) help(done <-chan struct{}, until time.Time) {
 	if c.t.onCallerRead != nil {
 		c.t.onCallerRead()
 	}
+	first := true // the reply the caller waits for; those behind it stream in
 	for {
 		select {
 		case <-done:
@@ -162,13 +171,24 @@ func (c *conn) help(done <-chan struct{}, until time.Time) {
 		}
 		c.atBoundary = true
 		c.mu.Unlock()
-		if !until.IsZero() {
+		if first && !until.IsZero() {
 			c.rd.awaitData(replyHeaderSize, min(pollFor, time.Until(until)))
 		}
+		first = false
 		if err := c.readReply(true); err != nil && err != errYield {
 			return
 		}
 	}
+}
+
+// dueBytesLocked is what the requests awaiting replies on the connection
+// move, READs and WRITEs (c.mu is held).
+func (c *conn) dueBytesLocked() int64 {
+	var n int64
+	add := func(ch *chunk) { n += int64(ch.n) }
+	c.sent.each(add)
+	c.queue.each(add)
+	return n
 }
 
 // takeReadLocked gives the read side to the calling goroutine if no one
