@@ -164,6 +164,7 @@ def blob(value: Any, what: str, *, max_len: Optional[int] = None, allow_empty: b
     if isinstance(value, str):
         b = value.encode()
     else:
+        refuse_scalar(value, what)
         try:
             mv = memoryview(value)
         except TypeError:
@@ -178,6 +179,15 @@ def blob(value: Any, what: str, *, max_len: Optional[int] = None, allow_empty: b
     return b
 
 
+def refuse_scalar(value: Any, what: str) -> None:
+    """A TypeError for a numpy scalar where bytes go: numpy exports a
+    scalar's bytes (``np.int64(5)`` as 8 bytes), but a number is no
+    message or secret, as a Python int is not (``np.bytes_`` is bytes)."""
+    generic = numpy_type("generic")
+    if generic is not None and isinstance(value, generic) and not isinstance(value, (bytes, str)):
+        raise TypeError(f"{what} must be bytes-like or a str, not the numpy scalar {type(value).__name__}")
+
+
 # Milliseconds the library can turn into a Go duration (int64 ns) safely.
 _MAX_MILLIS = (1 << 62) // 1_000_000
 
@@ -186,7 +196,9 @@ def millis(seconds: Any, what: str, *, zero_is_default: bool, inf_ok: bool = Fal
     """Seconds -> milliseconds for the library. None -> 0 (the library's
     default) when zero_is_default, else -1 (the default of a wait). A
     negative or NaN timeout is InvalidArgument; so is infinity unless
-    ``inf_ok`` (a wait that ends when the batch does: -1)."""
+    ``inf_ok`` (a wait that ends when the batch does: -1), and so is 0 when
+    zero_is_default: the library would read it as its default (30 s for a
+    request), not as "at once"."""
     if seconds is None:
         return 0 if zero_is_default else -1
     np_integer, np_floating = numpy_type("integer"), numpy_type("floating")
@@ -200,6 +212,8 @@ def millis(seconds: Any, what: str, *, zero_is_default: bool, inf_ok: bool = Fal
         raise InvalidArgument(f"{what} of {seconds} s is too large") from None
     if math.isnan(s) or s < 0:
         raise InvalidArgument(f"{what} must be >= 0 seconds, not {seconds}")
+    if s == 0 and zero_is_default:
+        raise InvalidArgument(f"{what} must be > 0 seconds (None means the default)")
     if math.isinf(s):
         if inf_ok:
             return -1
@@ -207,8 +221,8 @@ def millis(seconds: Any, what: str, *, zero_is_default: bool, inf_ok: bool = Fal
     ms = math.ceil(s * 1000)
     if ms > _MAX_MILLIS:
         raise InvalidArgument(f"{what} of {seconds} s is too large")
-    if zero_is_default and s > 0:
-        ms = max(ms, 1)  # 0 would mean the default, not "at once"
+    if zero_is_default:
+        ms = max(ms, 1)  # 0 would mean the default
     return ms
 
 

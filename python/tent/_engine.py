@@ -20,6 +20,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import functools
+import itertools
 import json
 import math
 import struct
@@ -40,6 +41,7 @@ from ._errors import (
     Timeout,
     check,
     error_for,
+    fork_error,
 )
 from ._requests import READ, WRITE, RequestResult, _dtypes, opcode, request_dtype, result_of, segment_handle
 
@@ -88,6 +90,14 @@ def _location_arg(location: Optional[str], buf: Buffer) -> Optional[bytes]:
 # ---- the managed base -------------------------------------------------------
 
 
+def _refuse_if_forked(obj: Any) -> None:
+    """ForkError in a child forked after libtent was loaded, for a call
+    that would take one of obj's locks: another thread of the parent may
+    have held it at the fork, and then it stays held here forever."""
+    if _lib.forked and obj._handle is not None:
+        raise fork_error()
+
+
 class _Managed:
     """Owns one library handle: idempotent close, context manager, safe
     finalizer."""
@@ -112,6 +122,7 @@ class _Managed:
 
     def close(self) -> None:
         """Releases the handle; a no-op when already closed."""
+        _refuse_if_forked(self)
         with self._lock:
             if self._handle is None:
                 return
@@ -155,7 +166,8 @@ class Engine(_Managed):
     ``transports`` is a list or a comma-separated string in preference
     order (None = every available one); ``secret`` (bytes or str) is the
     shared secret peers must prove; ``timeout`` and ``unregister_timeout``
-    are in seconds (None = the library's defaults, 30 s and 5 s).
+    are in seconds (None = the library's defaults, 30 s and 5 s; 0 is
+    refused, since the library would read it as the default).
 
     With ``metadata="etcd://..."``, creating the engine, registering,
     unregistering, ``alloc`` and ``free`` return once etcd holds the new
@@ -244,6 +256,7 @@ class Engine(_Managed):
         transport uninstalled. Idempotent. Raises BufferError (and stays
         open) while views of its allocations (``AllocatedRegion.view()``)
         are still alive, since they would point at freed memory."""
+        _refuse_if_forked(self)
         with self._lock:
             if self._handle is None:
                 return
@@ -383,6 +396,8 @@ class Engine(_Managed):
     def unregister_batch(self, regions: Sequence["Region"]) -> None:
         """Unregisters many regions at once, all or none."""
         h = self._h()
+        if _lib.forked:
+            raise fork_error()  # before the regions' locks (see _refuse_if_forked)
         regions = list(regions)
         if not regions:
             return
@@ -443,8 +458,10 @@ class Engine(_Managed):
         if isinstance(name, Engine):
             name = name.name
         out = c_void_p()
-        check(_lib.lib().tent_segment_open(h, _cstr(name, "name"), byref(out)))
-        return Segment(self, out.value, name)  # type: ignore[arg-type]
+        cname = _cstr(name, "name")
+        check(_lib.lib().tent_segment_open(h, cname, byref(out)))
+        shown = name if isinstance(name, str) else (cname or b"").decode("utf-8", "replace")
+        return Segment(self, out.value, shown)  # type: ignore[arg-type]
 
     # -- transfers --
 
@@ -588,7 +605,8 @@ class Engine(_Managed):
         convenience (a Python loop), a sequence of ``(op, local_addr,
         segment, remote_addr, length)`` tuples. ``notify`` is delivered to
         each target after all of the batch's data arrived; ``transport``
-        ("local", "shm", "tcp", "cuda") is a hint.
+        ("local", "shm", "tcp", "cuda") is a hint; ``timeout`` (seconds,
+        > 0) is the requests' deadline, None the engine's default.
 
         The engine remembers, weakly, the numpy request arrays it
         transferred (the same array transferred again costs less); numpy
@@ -632,6 +650,7 @@ class Engine(_Managed):
         if isinstance(msg, bytes):
             check(_lib.lib().tent_notify_send(h, segment.handle, msg, len(msg)))
             return
+        _check.refuse_scalar(msg, "message")
         buf = resolve(msg)
         try:
             check(_lib.lib().tent_notify_send(h, segment.handle, buf.ptr, buf.nbytes))
@@ -800,6 +819,11 @@ def _request_array(requests: Any, views: _RequestViews) -> Tuple[Any, int, Any]:
         return _request_arrays(n).from_address(requests.ctypes.data), n, requests
     if isinstance(requests, (list, tuple)):
         n = len(requests)
+        if n <= _lib.MAX_BATCH and type(requests) not in (list, tuple):
+            # A subclass's __len__ may disagree with what it iterates: the
+            # items are counted as taken (at most one past the bound).
+            requests = list(itertools.islice(iter(requests), _lib.MAX_BATCH + 1))
+            n = len(requests)
         if n == 0:
             raise InvalidArgument("no requests")
         if n > _lib.MAX_BATCH:  # before allocating for them
@@ -962,25 +986,37 @@ class AllocatedRegion(Region):
 
     def view(self) -> memoryview:
         """A writable memoryview of the allocation (host memory only)."""
-        self.handle  # raises if closed
-        if self._views is None:
-            raise InvalidArgument("GPU memory has no host view")
-        return memoryview(self._views.array).cast("B")
+        return self._view()
+
+    def _view(self) -> memoryview:
+        # The memory is unmapped once the allocation or its engine is
+        # closed: a view made after that would crash the process when used.
+        # Both closes check for live views under their lock, so the view is
+        # made under both locks (engine, then allocation: no close takes
+        # them in the other order), never in between a check and the free.
+        _refuse_if_forked(self)
+        engine = self._engine
+        with engine._lock, self._lock:
+            if self._handle is None:
+                raise InvalidHandle("this allocation is closed")
+            if engine._handle is None:
+                raise InvalidHandle("the allocation's engine is closed")
+            if self._views is None:
+                raise InvalidArgument("GPU memory has no host view")
+            return memoryview(self._views.array).cast("B")
 
     def numpy(self, dtype: Any = "u1", shape: Any = None) -> Any:
         """A numpy array over the allocation (zero-copy, host memory only)."""
         np = _check.numpy("AllocatedRegion.numpy")
 
-        self.handle
-        if self._views is None:
-            raise InvalidArgument("GPU memory has no host view")
-        arr = np.frombuffer(memoryview(self._views.array).cast("B"), dtype=dtype)
+        arr = np.frombuffer(self._view(), dtype=dtype)
         return arr if shape is None else arr.reshape(shape)
 
     def __buffer__(self, flags: int) -> memoryview:  # Python 3.12+ buffer protocol
         return self.view()
 
     def close(self) -> None:
+        _refuse_if_forked(self)
         with self._lock:
             if self._handle is None:
                 return
@@ -1064,6 +1100,7 @@ class Batch(_Child):
     def close(self) -> None:
         """Releases the batch (canceling what still runs); a no-op when
         already closed."""
+        _refuse_if_forked(self)
         with self._lock:
             h = self._handle
             if h is None:

@@ -154,6 +154,19 @@ def check(code: int) -> int:
     raise error_for(code, last_error_message(code))
 
 
+def fork_error() -> TentError:
+    """The ForkError of a call refused before it reached the library: in a
+    child forked after libtent was loaded, a lock another thread of the
+    parent held at the fork stays held forever, so calls that take one
+    check first (the library's own check would come too late)."""
+    return ForkError(
+        "tent: this process was forked after libtent was loaded, and no tent call works in the child: "
+        "create engines after exec instead, e.g. start workers with multiprocessing's \"spawn\" or "
+        "\"forkserver\" method",
+        _lib.TENT_ERR_FORKED,
+    )
+
+
 def status_text(code: int) -> str:
     """tent_status_str(code)."""
     return _lib.lib().tent_status_str(code).decode()

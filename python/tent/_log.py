@@ -27,8 +27,8 @@ import os
 import threading
 from typing import Optional, Union
 
-from . import _lib
-from ._errors import Busy, InvalidArgument, check
+from . import _check, _lib
+from ._errors import Busy, InvalidArgument, check, fork_error
 
 logger = logging.getLogger("tent")
 
@@ -110,6 +110,8 @@ def forward() -> None:
     """Installs the forwarding callback (once) and syncs the level."""
     global _callback
     _refuse_inside_a_record()
+    if _lib.forked:
+        raise fork_error()  # before _lock, which a parent thread may have held at the fork
     dll = _lib.lib()
     with _lock:
         if _callback is None:
@@ -141,6 +143,9 @@ def set_log_level(level: Union[int, str]) -> None:
             raise InvalidArgument(f"unknown log level {level!r}: want one of {', '.join(_NAMES)}")
     elif isinstance(level, int) and not isinstance(level, bool):
         py = level
+    elif not _check.is_bool(level) and _check.numpy_type("integer") is not None \
+            and isinstance(level, _check.numpy_type("integer")):
+        py = int(level)
     else:
         raise InvalidArgument(f"log level must be a logging level or a name, not {level!r}")
     logger.setLevel(py)
