@@ -32,8 +32,14 @@ import (
 // meanwhile); swallowRevokeGrant makes the initiator drop REVOKE_GRANT
 // frames unanswered (a stuck initiator); noInline sends every batch
 // through a job goroutine (tests that park a copy while Submit returns).
+//
+// jobStart runs on a job goroutine before it claims its job (a test holds
+// it there to let the waiter claim first); helpBudget replaces the bytes
+// a waiter may still start copying before its wait ends (helpBudget).
 type testHooks struct {
 	noInline           atomic.Bool
+	jobStart           atomic.Pointer[func()]
+	helpBudget         atomic.Pointer[func(until time.Time) uint64]
 	processVM          atomic.Pointer[func(op core.Op) error]
 	beforeCopy, grant  atomic.Pointer[func()]
 	inCachedCopy       atomic.Pointer[func()]
@@ -46,6 +52,8 @@ type testHooks struct {
 // per request.
 type job struct {
 	t      *Transport
+	gen    uint64        // uses of this job value so far; on t.mu
+	claim  atomic.Uint64 // gen<<1, | 1 once the job goroutine or a waiter has claimed this use
 	reqs   []*core.Request
 	cancel []atomic.Bool
 	errs   []error
@@ -97,6 +105,8 @@ func (t *Transport) getJobLocked(reqs []*core.Request) *job {
 	} else {
 		j = &job{t: t, granted: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
 	}
+	j.gen++
+	j.claim.Store(j.gen << 1)
 	n := len(reqs)
 	j.reqs = append(j.reqs[:0], reqs...)
 	if cap(j.cancel) < n {
@@ -123,6 +133,9 @@ func (t *Transport) putJob(j *job) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.jobs, j)
+	if t.queued[j.reqs[0]] == j {
+		delete(t.queued, j.reqs[0])
+	}
 	clear(j.reqs)
 	clear(j.errs)
 	j.reqs, j.errs = j.reqs[:0], j.errs[:0]
@@ -132,21 +145,53 @@ func (t *Transport) putJob(j *job) {
 	}
 }
 
-// run moves the job's requests, one lease per run of requests to the same
-// peer (at most MaxLeaseEntries), and completes each run.
-func (t *Transport) run(j *job) {
-	defer t.putJob(j)
-	t.requests.Add(int64(len(j.reqs)))
-	for lo := 0; lo < len(j.reqs); {
-		hi := lo + 1
-		for hi < len(j.reqs) && hi-lo < MaxLeaseEntries &&
-			j.reqs[hi].Peer == j.reqs[lo].Peer && j.reqs[hi].Desc == j.reqs[lo].Desc {
-			hi++
+// queueLocked starts the job goroutine of j; t.mu is held. A helpable
+// job is also left for the caller that waits for its batch to claim
+// (Help): whichever of the two claims it first runs it, the other does
+// nothing.
+func (t *Transport) queueLocked(j *job, helpable bool) {
+	gen := j.gen
+	if helpable {
+		t.queued[j.reqs[0]] = j
+	}
+	t.spawnLocked(func() {
+		if h := t.hooks.jobStart.Load(); h != nil {
+			(*h)()
 		}
+		if j.claimed(gen) {
+			t.run(j, 0)
+		}
+	})
+}
+
+// claimed claims use gen of j, and reports whether this call did: at most
+// one call per use does. The generation keeps a claim that comes late
+// (after the job ended and was reused) from taking a later use.
+func (j *job) claimed(gen uint64) bool {
+	return j.claim.CompareAndSwap(gen<<1, gen<<1|1)
+}
+
+// run moves the job's requests from lo on, one lease per run of requests
+// to the same peer (at most MaxLeaseEntries), and completes each run.
+func (t *Transport) run(j *job, lo int) {
+	defer t.putJob(j)
+	for lo < len(j.reqs) {
+		hi := j.runEnd(lo)
 		j.lease(lo, hi)
 		j.complete(lo, hi)
 		lo = hi
 	}
+}
+
+// runEnd returns the end of the lease run starting at lo: the requests
+// to the same peer, through the same descriptor, at most MaxLeaseEntries.
+func (j *job) runEnd(lo int) int {
+	hi := lo + 1
+	for hi < len(j.reqs) && hi-lo < MaxLeaseEntries &&
+		j.reqs[hi].Peer == j.reqs[lo].Peer && j.reqs[hi].Desc == j.reqs[lo].Desc {
+		hi++
+	}
+	return hi
 }
 
 // complete reports the outcomes of reqs[lo:hi] left in j.errs.
@@ -168,22 +213,35 @@ func (j *job) complete(lo, hi int) {
 // tent_transfer_sync is woken by the kernel — two thread switches per
 // batch. Only a batch that needs no round trip qualifies: one lease run
 // on a live connection whose standing grants cover every request, before
-// Uninstall and the deadline. It then copies exactly as a job does
-// (cachedCopy: the grants' references, enterCopy, the fault guard set on
-// this goroutine by copyAll, the same checks and counters), completes the
-// requests and reports true. Otherwise it does nothing, and the job path
-// takes the batch.
+// Uninstall and the deadline (copyCached). It then completes the requests
+// and reports true. Otherwise it does nothing, and the job path takes the
+// batch.
 func (t *Transport) copyInline(j *job) bool {
-	reqs := j.reqs
-	if len(reqs) > MaxLeaseEntries || t.closing.Load() {
+	if j.runEnd(0) != len(j.reqs) || !j.copyCached(0, len(j.reqs)) {
 		return false
 	}
+	t.copiesInline.Add(1)
+	j.complete(0, len(j.reqs))
+	t.putJob(j)
+	return true
+}
+
+// copyCached copies reqs[lo:hi], one lease run, on the calling goroutine
+// when it needs no round trip: before Uninstall and the run's deadline,
+// on a live connection whose standing grants cover every request. It then
+// copies exactly as a job does (cachedCopy: the grants' references,
+// enterCopy, the fault guard set on this goroutine by copyAll, the same
+// checks and counters), leaves the outcomes in j.errs and reports true.
+// Otherwise it does nothing and reports false.
+func (j *job) copyCached(lo, hi int) bool {
+	t := j.t
+	if t.closing.Load() {
+		return false
+	}
+	reqs := j.reqs[lo:hi]
 	r0 := reqs[0]
 	deadline := r0.Deadline
 	for _, r := range reqs[1:] {
-		if r.Peer != r0.Peer || r.Desc != r0.Desc {
-			return false
-		}
 		if r.Deadline.Before(deadline) {
 			deadline = r.Deadline
 		}
@@ -200,21 +258,17 @@ func (t *Transport) copyInline(j *job) bool {
 		return false
 	}
 	c.checkEpoch(r0.Peer, r0.Desc)
-	done, err := j.cachedCopy(c, 0, len(reqs), deadline)
+	done, err := j.cachedCopy(c, lo, hi, deadline)
 	if !done {
 		return false
 	}
-	t.copiesInline.Add(1)
-	t.requests.Add(int64(len(reqs)))
 	if err != nil {
-		for i := range j.errs {
+		for i := lo; i < hi; i++ {
 			if j.errs[i] == nil {
 				j.errs[i] = err
 			}
 		}
 	}
-	j.complete(0, len(reqs))
-	t.putJob(j)
 	return true
 }
 

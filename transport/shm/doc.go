@@ -148,9 +148,22 @@
 // goroutine, when the batch is one lease run on a live connection and is
 // at most 256 KiB or its caller waits for it right after
 // (Request.CallerWaits): the waiter then finds it complete and never
-// parks. Other hits, and batches during Uninstall, go to a job goroutine.
-// Stats: grant_hits and grant_misses count lease runs, copies_inline the
-// hits copied in Submit, grants_cached the grants live here, grants the
+// parks. Other batches, and batches during Uninstall, go to a job
+// goroutine. A job not yet claimed by its goroutine is claimed instead by
+// the caller that waits for the batch (core.Helper, Batch.Wait and
+// tent_batch_wait, timed or not): the claim is exactly once (a
+// generation-tagged compare-and-swap, so a claim that comes late never
+// takes a later use of the reused job), and whoever wins runs the job,
+// the other does nothing. The waiter copies each lease run that needs no
+// round trip exactly as the job would (same grant references, enterCopy,
+// fault guard, cancel and revoke checks, counters), in parts it can start
+// before its wait ends (counting 1 GB/s, so a timed wait overruns by at
+// most the part in progress); a miss, or what it may not start in time,
+// it hands to a new job goroutine. The waiting thread then finds the
+// batch complete instead of sleeping until a job goroutine wakes it.
+// Stats: grant_hits and grant_misses count lease runs (a run a waiter
+// copies in parts counts one hit per part), copies_inline the hits copied
+// in Submit, copies_helped those copied by a waiter, grants_cached the grants live here, grants the
 // grants peers hold on this engine's memory (both back to zero with the
 // connections).
 //

@@ -61,6 +61,7 @@ type Transport struct {
 	conns    map[*conn]struct{}
 	dials    map[net.Conn]struct{} // connections still in their handshake
 	jobs     map[*job]struct{}
+	queued   map[*core.Request]*job // jobs a waiter may still claim, by their first request
 	free     []*job
 	denied   map[uint64]struct{} // incarnations whose process_vm was refused
 	copying  int                 // jobs holding a lease and copying
@@ -92,6 +93,7 @@ type Transport struct {
 	grantsCached   atomic.Int64 // as initiator: live in this engine's connections
 	grantHits      atomic.Int64 // lease runs copied under standing grants, no round trip
 	copiesInline   atomic.Int64 // of grantHits, those copied on the waiting caller's goroutine
+	copiesHelped   atomic.Int64 // of grantHits, those copied by a caller waiting for a queued job (Help)
 	grantMisses    atomic.Int64 // lease runs that asked the target
 	grantsRevoked  atomic.Int64 // as initiator: standing grants the target took back
 	revokesSent    atomic.Int64 // as target: REVOKE_GRANT frames sent
@@ -109,6 +111,7 @@ func New() *Transport {
 		conns:   map[*conn]struct{}{},
 		dials:   map[net.Conn]struct{}{},
 		jobs:    map[*job]struct{}{},
+		queued:  map[*core.Request]*job{},
 		denied:  map[uint64]struct{}{},
 	}
 	t.copyIdle = sync.NewCond(&t.mu)
@@ -303,7 +306,9 @@ func (t *Transport) denyPVM(incarnation uint64) {
 	t.mu.Unlock()
 }
 
-// Submit hands the requests to a job goroutine and returns.
+// Submit copies the requests on the calling goroutine when it may (see
+// copyInline), else queues them as a job: a job goroutine runs it, unless
+// the caller that waits for the batch claims it first (Help).
 func (t *Transport) Submit(reqs []*core.Request) {
 	if len(reqs) == 0 {
 		return
@@ -316,10 +321,11 @@ func (t *Transport) Submit(reqs []*core.Request) {
 		}
 		return
 	}
+	t.requests.Add(int64(len(reqs)))
 	j := t.getJobLocked(reqs)
 	t.jobs[j] = struct{}{}
 	if !t.mayInline(reqs) {
-		t.spawnLocked(func() { t.run(j) })
+		t.queueLocked(j, true)
 		t.mu.Unlock()
 		return
 	}
@@ -332,8 +338,9 @@ func (t *Transport) Submit(reqs []*core.Request) {
 	if t.copyInline(j) {
 		return
 	}
+	// Not covered (or closing): a waiter could not copy it either.
 	t.mu.Lock()
-	t.spawnLocked(func() { t.run(j) }) // legal after close: this call still holds t.wg
+	t.queueLocked(j, false) // legal after close: this call still holds t.wg
 	t.mu.Unlock()
 }
 
@@ -498,6 +505,7 @@ func (t *Transport) Stats() map[string]int64 {
 		"grants_cached":      t.grantsCached.Load(),
 		"grant_hits":         t.grantHits.Load(),
 		"copies_inline":      t.copiesInline.Load(),
+		"copies_helped":      t.copiesHelped.Load(),
 		"grant_misses":       t.grantMisses.Load(),
 		"grants_revoked":     t.grantsRevoked.Load(),
 		"revokes_sent":       t.revokesSent.Load(),
