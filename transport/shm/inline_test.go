@@ -265,6 +265,14 @@ func TestInlineCancel(t *testing.T) {
 	primeGrant(t, p, r, n, base)
 	mem := host.Bytes(r.Addr, n)
 	clear(mem)
+	// The priming batch's job may still be on its way back to the pool
+	// (its requests complete before it is put back): wait until it is,
+	// so the jobs below are this batch's alone.
+	require.Eventually(t, func() bool {
+		p.tr.mu.Lock()
+		defer p.tr.mu.Unlock()
+		return len(p.tr.jobs) == 0
+	}, 10*time.Second, time.Millisecond)
 
 	entered, let := parkOnce(t, p.tr)
 	copy(p.local, peertest.Pattern(7, n))

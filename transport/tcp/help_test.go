@@ -197,14 +197,16 @@ func TestIdleDropNoticedAfterCallerReads(t *testing.T) {
 	seg, err := a.OpenSegment(b.Name())
 	require.NoError(t, err)
 	req := []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg, Remote: host.Addr(dst), Len: 4096}}
-	for i := 0; i < 5; i++ {
+	// A caller reads its reply only when the reader goroutine is not
+	// inside one: on a loaded machine that can take a few batches.
+	for i := 0; i < 5 || ta.Stats()["replies_by_caller"] == 0; i++ {
+		require.Less(t, i, 10000, "no caller ever read its own reply")
 		bt, err := a.Submit(req, core.TransferOptions{Timeout: 10 * time.Second, Waiting: true})
 		require.NoError(t, err)
 		code, err := bt.Wait(-1)
 		require.Equal(t, status.OK, code, "%v", err)
 		a.ReleaseBatch(bt)
 	}
-	require.Positive(t, ta.Stats()["replies_by_caller"])
 	require.EqualValues(t, 1, ta.Stats()["connections"])
 	tb.ResetServerConns()
 	require.Eventually(t, func() bool { return ta.Stats()["connections"] == 0 }, 10*time.Second, time.Millisecond,
