@@ -143,7 +143,10 @@ func (c *clientSide) readHello(vr versionRange) error {
 	// The hellos have the same layout in every version, so both are read
 	// whole even when the answer is a refusal.
 	hello := make([]byte, serverHelloSize)
-	if err := readFull(c.conn, hello, "server hello"); err != nil {
+	// A server that sends nothing at all went away (killed while being
+	// dialed): a transport failure the caller may retry elsewhere, not
+	// bytes that break the protocol.
+	if err := readFullOr(c.conn, hello, "server hello", status.TransportError); err != nil {
 		return err
 	}
 	if string(hello[:4]) != HandshakeMagic {
@@ -427,9 +430,19 @@ func setDeadline(conn net.Conn, d time.Time) error {
 }
 
 func readFull(conn net.Conn, b []byte, what string) error {
+	return readFullOr(conn, b, what, status.Protocol)
+}
+
+// readFullOr is readFull with closedEmpty the code for a peer that closed
+// before sending any of b.
+func readFullOr(conn net.Conn, b []byte, what string, closedEmpty status.Code) error {
 	n, err := io.ReadFull(conn, b)
 	if err == nil {
 		return nil
+	}
+	if errors.Is(err, io.EOF) && n == 0 && closedEmpty != status.Protocol {
+		return status.Errorf(closedEmpty,
+			"handshake: peer closed the connection before sending any of the %d bytes of the %s", len(b), what)
 	}
 	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 		return status.Errorf(status.Protocol,

@@ -238,7 +238,7 @@ func TestClientHandshakeGarbageServer(t *testing.T) {
 		msg   string
 	}{
 		{"ssh banner", []byte("SSH-2.0-OpenSSH_9.6\r\n" + strings.Repeat("x", 40)), status.Protocol, `bad magic "SSH-"`},
-		{"closed", nil, status.Protocol, "after 0 of 40 bytes of the server hello"},
+		{"closed", nil, status.TransportError, "before sending any of the 40 bytes of the server hello"},
 		{"unknown verdict", append([]byte("TENT\x01\x00\x09\x00"), make([]byte, 32)...), status.Protocol, "unknown verdict 9"},
 		{"unknown flags", append([]byte("TENT\x01\x00\x00\x04"), make([]byte, 32)...), status.Protocol, "unknown flags 0x4"},
 		{"version zero", append([]byte("TENT\x00\x00\x00\x00"), make([]byte, 32)...), status.VersionMismatch, "server chose protocol version 0"},
