@@ -13,6 +13,7 @@ type (
 	result     = capitest.Result
 	cOptions   = capitest.Options
 	regionInfo = capitest.RegionInfo
+	cColumns   = capitest.Columns
 )
 
 const sizeofOptions = capitest.SizeofOptions
@@ -48,6 +49,11 @@ var (
 	cSegmentOpen          = capitest.SegmentOpen
 	cSegmentClose         = capitest.SegmentClose
 	cTransferSyncRaw      = capitest.TransferSyncRaw
+	cColumnsRaw           = capitest.TransferColumnsRaw
+	cColumnsSyncRaw       = capitest.TransferColumnsSyncRaw
+	cBatchWait            = capitest.BatchWait
+	cBatchStatusRaw       = capitest.BatchStatusRaw
+	cBatchDestroy         = capitest.BatchDestroy
 )
 
 // mapOptions runs the Go mapping of o alone (no engine is created).

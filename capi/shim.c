@@ -358,6 +358,25 @@ tent_status tent_transfer_poll(tent_engine *engine, const tent_request *requests
   return tentgo_transfer_poll(ID(engine), U(requests), n, U(opts), U(batch_out));
 }
 
+tent_status tent_transfer_columns(tent_engine *engine, uint32_t opcode, tent_segment *segment,
+                                  const uint64_t *local_addrs, const uint64_t *remote_addrs,
+                                  const uint64_t *lengths, size_t n, const tent_transfer_options *opts,
+                                  tent_batch **batch_out) {
+  ENTER();
+  return tentgo_transfer_columns(ID(engine), opcode, ID(segment), U(local_addrs), U(remote_addrs), U(lengths),
+                                 n, U(opts), U(batch_out));
+}
+
+tent_status tent_transfer_columns_sync(tent_engine *engine, uint32_t opcode, tent_segment *segment,
+                                       const uint64_t *local_addrs, const uint64_t *remote_addrs,
+                                       const uint64_t *lengths, size_t n,
+                                       const tent_transfer_options *opts,
+                                       tent_request_status *statuses_out) {
+  ENTER();
+  return tentgo_transfer_columns_sync(ID(engine), opcode, ID(segment), U(local_addrs), U(remote_addrs),
+                                      U(lengths), n, U(opts), U(statuses_out));
+}
+
 tent_status tent_batch_status(tent_batch *batch, tent_request_status *out, size_t n,
                               size_t *completed_out) {
   ENTER();

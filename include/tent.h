@@ -547,6 +547,39 @@ tent_status tent_transfer_sync(tent_engine *engine, const tent_request *requests
                                const tent_transfer_options *opts,
                                tent_request_status *statuses_out);
 
+/* tent_transfer_poll for n requests of one opcode to one segment, given as
+ * three arrays of n uint64_t each instead of an array of tent_request:
+ * request i moves lengths[i] bytes between local_addrs[i] (inside a region
+ * registered with this engine) and remote_addrs[i] in the segment. For
+ * callers that hold their addresses in parallel lists or columns (the
+ * Mooncake and NIXL APIs do), so that no tent_request array is built per
+ * call. The three arrays are the caller's: only read during the call
+ * (copied), never kept or written. A NULL array, n = 0 or n >
+ * TENT_MAX_BATCH, an opcode other than TENT_OP_READ/TENT_OP_WRITE
+ * (TENT_ERR_INVALID_ARGUMENT) or an invalid segment handle
+ * (TENT_ERR_INVALID_HANDLE) fails the call before any array is read; an
+ * unreadable array, and each request's own checks (as in tent_transfer:
+ * zero length, a local range not registered; the message names the
+ * request's index) fail it with nothing submitted. Returns, and sets
+ * *batch_out, as tent_transfer_poll: on success the caller owns the batch
+ * and releases it with tent_batch_destroy; when the call fails *batch_out
+ * is set to NULL (unless batch_out itself is NULL or unwritable). */
+tent_status tent_transfer_columns(tent_engine *engine, uint32_t opcode, tent_segment *segment,
+                                  const uint64_t *local_addrs, const uint64_t *remote_addrs,
+                                  const uint64_t *lengths, size_t n, const tent_transfer_options *opts,
+                                  tent_batch **batch_out);
+
+/* tent_transfer_sync for requests given as columns (tent_transfer_columns'
+ * arguments and checks): submits, waits and releases in one call.
+ * statuses_out (may be NULL) has room for n statuses, checked writable
+ * before anything is submitted and written only if the requests were
+ * submitted. Returns what tent_transfer_sync returns. */
+tent_status tent_transfer_columns_sync(tent_engine *engine, uint32_t opcode, tent_segment *segment,
+                                       const uint64_t *local_addrs, const uint64_t *remote_addrs,
+                                       const uint64_t *lengths, size_t n,
+                                       const tent_transfer_options *opts,
+                                       tent_request_status *statuses_out);
+
 /* ---- Notifications ----------------------------------------------------- */
 
 /* Sends msg (at most 65536 bytes) to the segment's engine, after every

@@ -254,6 +254,15 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
     "tent_batch_wait": (tent_status, [handle, c_int64]),
     "tent_batch_destroy": (tent_status, [handle]),
     "tent_transfer_sync": (tent_status, [handle, _P(Request), c_size_t, _P(TransferOptions), _P(RequestStatus)]),
+    "tent_transfer_columns": (
+        tent_status,
+        [handle, c_uint32, handle, _P(c_uint64), _P(c_uint64), _P(c_uint64), c_size_t, _P(TransferOptions), _P(handle)],
+    ),
+    "tent_transfer_columns_sync": (
+        tent_status,
+        [handle, c_uint32, handle, _P(c_uint64), _P(c_uint64), _P(c_uint64), c_size_t, _P(TransferOptions),
+         _P(RequestStatus)],
+    ),
     "tent_notify_send": (tent_status, [handle, handle, c_void_p, c_size_t]),
     "tent_notify_recv": (
         tent_status,

@@ -43,6 +43,8 @@
   X(tent_batch_wait)      \
   X(tent_batch_destroy)   \
   X(tent_transfer_sync)   \
+  X(tent_transfer_columns) \
+  X(tent_transfer_columns_sync) \
   X(tent_notify_send)     \
   X(tent_notify_recv)     \
   X(tent_log_set_level)   \

@@ -522,6 +522,130 @@ static tent_status c_sync_n(void *p) {
   return tent_transfer_sync(e, &r, 1ull << 40, NULL, s);
 }
 
+/* The message of the case's call when the case made more calls after it. */
+static char case_msg[512];
+static int case_msg_set;
+
+/* tent_transfer_columns(_sync): one good write of 64 bytes from buf to
+ * buf + 4096, as three columns; each case replaces one of its arguments.
+ * The batch, when one was made, is waited for and released; its outcome
+ * is the case's, and a failed call must have set *batch_out to NULL. */
+static uint64_t col_local[1], col_remote[1], col_len[1];
+static void good_columns(void) {
+  col_local[0] = (uint64_t)(uintptr_t)buf;
+  col_remote[0] = (uint64_t)(uintptr_t)(buf + 4096);
+  col_len[0] = 64;
+}
+static tent_status columns_with(uint32_t op, tent_segment *s, const uint64_t *l, const uint64_t *r,
+                                const uint64_t *n, size_t count, const tent_transfer_options *o) {
+  tent_batch *b = (tent_batch *)(uintptr_t)1; /* not NULL: the call must set it */
+  tent_status st = tent_transfer_columns(e, op, s, l, r, n, count, o, &b);
+  if (b == NULL) return st == TENT_OK || st == TENT_PENDING ? TENT_ERR_INTERNAL : st;
+  if (b == (tent_batch *)(uintptr_t)1) {
+    fprintf(stderr, "    batch_out was left unset\n");
+    return TENT_ERR_INTERNAL;
+  }
+  if (st == TENT_PENDING) st = tent_batch_wait(b, 5000);
+  snprintf(case_msg, sizeof case_msg, "%s", tent_last_error()); /* before destroy clears it */
+  case_msg_set = 1;
+  tent_batch_destroy(b);
+  return st;
+}
+static tent_status c_cols_local(void *p) {
+  good_columns();
+  return columns_with(TENT_OP_WRITE, self_seg, p, col_remote, col_len, 1, NULL);
+}
+static tent_status c_cols_remote(void *p) {
+  good_columns();
+  return columns_with(TENT_OP_WRITE, self_seg, col_local, p, col_len, 1, NULL);
+}
+static tent_status c_cols_lengths(void *p) {
+  good_columns();
+  return columns_with(TENT_OP_WRITE, self_seg, col_local, col_remote, p, 1, NULL);
+}
+static tent_status c_cols_opts(void *p) {
+  good_columns();
+  return columns_with(TENT_OP_WRITE, self_seg, col_local, col_remote, col_len, 1, p);
+}
+static tent_status c_cols_segment(void *p) {
+  good_columns();
+  return columns_with(TENT_OP_WRITE, p, col_local, col_remote, col_len, 1, NULL);
+}
+static tent_status c_cols_out(void *p) {
+  good_columns();
+  return tent_transfer_columns(e, TENT_OP_WRITE, self_seg, col_local, col_remote, col_len, 1, NULL, p);
+}
+static tent_status c_cols_n(void *p) {
+  (void)p;
+  good_columns();
+  return columns_with(TENT_OP_WRITE, self_seg, col_local, col_remote, col_len, 1ull << 40, NULL);
+}
+static tent_status c_cols_n_zero(void *p) {
+  (void)p;
+  good_columns();
+  return columns_with(TENT_OP_WRITE, self_seg, col_local, col_remote, col_len, 0, NULL);
+}
+static tent_status c_cols_opcode(void *p) {
+  (void)p;
+  good_columns();
+  return columns_with(7, self_seg, col_local, col_remote, col_len, 1, NULL);
+}
+static tent_status c_cols_zero_len(void *p) {
+  (void)p;
+  good_columns();
+  col_len[0] = 0;
+  return columns_with(TENT_OP_WRITE, self_seg, col_local, col_remote, col_len, 1, NULL);
+}
+/* The lengths column's second word lies in the PROT_NONE page. */
+static tent_status c_cols_n_edge(void *p) {
+  (void)p;
+  good_columns();
+  uint64_t *l = (uint64_t *)(void *)(pages + 4096 - sizeof(uint64_t));
+  *l = 64;
+  uint64_t two_local[2] = {col_local[0], col_local[0]}, two_remote[2] = {col_remote[0], col_remote[0]};
+  return columns_with(TENT_OP_WRITE, self_seg, two_local, two_remote, l, 2, NULL);
+}
+static tent_status c_csync_local(void *p) {
+  good_columns();
+  return tent_transfer_columns_sync(e, TENT_OP_WRITE, self_seg, p, col_remote, col_len, 1, NULL, NULL);
+}
+static tent_status c_csync_remote(void *p) {
+  good_columns();
+  return tent_transfer_columns_sync(e, TENT_OP_WRITE, self_seg, col_local, p, col_len, 1, NULL, NULL);
+}
+static tent_status c_csync_lengths(void *p) {
+  good_columns();
+  return tent_transfer_columns_sync(e, TENT_OP_WRITE, self_seg, col_local, col_remote, p, 1, NULL, NULL);
+}
+static tent_status c_csync_opts(void *p) {
+  good_columns();
+  return tent_transfer_columns_sync(e, TENT_OP_WRITE, self_seg, col_local, col_remote, col_len, 1, p, NULL);
+}
+static tent_status c_csync_segment(void *p) {
+  good_columns();
+  return tent_transfer_columns_sync(e, TENT_OP_WRITE, p, col_local, col_remote, col_len, 1, NULL, NULL);
+}
+/* A bad statuses_out is found before anything moves. */
+static tent_status c_csync_out(void *p) {
+  good_columns();
+  col_local[0] = (uint64_t)(uintptr_t)(buf + 8192);
+  memset(buf + 8192, 7, 64);
+  tent_status st = tent_transfer_columns_sync(e, TENT_OP_WRITE, self_seg, col_local, col_remote, col_len, 1,
+                                              NULL, p);
+  if (st != TENT_OK && buf[4096] == 7) {
+    fprintf(stderr, "    the call failed (%s) but moved the data\n", tent_status_str(st));
+    return TENT_ERR_INTERNAL;
+  }
+  return st;
+}
+static tent_status c_csync_n(void *p) {
+  (void)p;
+  good_columns();
+  tent_request_status s[1];
+  return tent_transfer_columns_sync(e, TENT_OP_WRITE, self_seg, col_local, col_remote, col_len, 1ull << 40,
+                                    NULL, s);
+}
+
 /* Notifications */
 static tent_status c_send_msg(void *p) { return tent_notify_send(e, self_seg, p, 16); }
 static tent_status c_send_len(void *p) {
@@ -529,9 +653,6 @@ static tent_status c_send_len(void *p) {
   return tent_notify_send(e, self_seg, buf, SIZE_MAX);
 }
 static tent_status c_send_handle(void *p) { return tent_notify_send(e, p, "x", 1); }
-/* The message of the case's call when the case made more calls after it. */
-static char case_msg[512];
-static int case_msg_set;
 
 /* The receive cases queue a message first; a failed receive must keep it
  * queued (the case then drains it). */
@@ -698,6 +819,25 @@ static const struct entry table[] = {
     {"tent_transfer_sync", "opts", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_sync_opts},
     {"tent_transfer_sync", "statuses_out", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_sync_out},
     {"tent_transfer_sync", "n = 2^40", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_sync_n},
+
+    {"tent_transfer_columns", "local_addrs", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_cols_local},
+    {"tent_transfer_columns", "remote_addrs", PTRS, 0, 0, c_cols_remote},
+    {"tent_transfer_columns", "lengths", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_cols_lengths},
+    {"tent_transfer_columns", "opts", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_cols_opts},
+    {"tent_transfer_columns", "segment (as a handle)", PTRS, 0, TENT_ERR_INVALID_HANDLE, c_cols_segment},
+    {"tent_transfer_columns", "batch_out", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_cols_out},
+    {"tent_transfer_columns", "n = 2^40", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_cols_n},
+    {"tent_transfer_columns", "n = 0", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_cols_n_zero},
+    {"tent_transfer_columns", "opcode = 7", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_cols_opcode},
+    {"tent_transfer_columns", "lengths[0] = 0", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_cols_zero_len},
+    {"tent_transfer_columns", "n = 2, lengths ends at PROT_NONE", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_cols_n_edge},
+    {"tent_transfer_columns_sync", "local_addrs", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_csync_local},
+    {"tent_transfer_columns_sync", "remote_addrs", PTRS, 0, 0, c_csync_remote},
+    {"tent_transfer_columns_sync", "lengths", PTRS, 0, TENT_ERR_INVALID_ARGUMENT, c_csync_lengths},
+    {"tent_transfer_columns_sync", "opts", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_csync_opts},
+    {"tent_transfer_columns_sync", "segment (as a handle)", PTRS, 0, TENT_ERR_INVALID_HANDLE, c_csync_segment},
+    {"tent_transfer_columns_sync", "statuses_out", PTRS, OK_NULL, TENT_ERR_INVALID_ARGUMENT, c_csync_out},
+    {"tent_transfer_columns_sync", "n = 2^40", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_csync_n},
 
     {"tent_notify_send", "msg", PTRS, OK_RO, TENT_ERR_INVALID_ARGUMENT, c_send_msg},
     {"tent_notify_send", "len = SIZE_MAX", VALUE, 0, TENT_ERR_INVALID_ARGUMENT, c_send_len},

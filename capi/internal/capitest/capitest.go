@@ -61,6 +61,33 @@ static tent_status ccall_transfer_sync_raw(uint64_t e, uintptr_t reqs, size_t n,
                             (const tent_transfer_options *)opts, (tent_request_status *)statuses);
 }
 
+static tent_status ccall_transfer_columns_raw(uint64_t e, uint32_t op, uint64_t seg, uintptr_t local,
+                                              uintptr_t remote, uintptr_t lengths, size_t n, uintptr_t opts,
+                                              uintptr_t out) {
+  return tent_transfer_columns((tent_engine *)(uintptr_t)e, op, (tent_segment *)(uintptr_t)seg,
+                               (const uint64_t *)local, (const uint64_t *)remote, (const uint64_t *)lengths, n,
+                               (const tent_transfer_options *)opts, (tent_batch **)out);
+}
+
+static tent_status ccall_transfer_columns_sync_raw(uint64_t e, uint32_t op, uint64_t seg, uintptr_t local,
+                                                   uintptr_t remote, uintptr_t lengths, size_t n,
+                                                   uintptr_t opts, uintptr_t statuses) {
+  return tent_transfer_columns_sync((tent_engine *)(uintptr_t)e, op, (tent_segment *)(uintptr_t)seg,
+                                    (const uint64_t *)local, (const uint64_t *)remote,
+                                    (const uint64_t *)lengths, n, (const tent_transfer_options *)opts,
+                                    (tent_request_status *)statuses);
+}
+
+static tent_status ccall_batch_wait(uint64_t b, int64_t timeout_ms) {
+  return tent_batch_wait((tent_batch *)(uintptr_t)b, timeout_ms);
+}
+
+static tent_status ccall_batch_status_raw(uint64_t b, uintptr_t out, size_t n) {
+  return tent_batch_status((tent_batch *)(uintptr_t)b, (tent_request_status *)out, n, NULL);
+}
+
+static tent_status ccall_batch_destroy(uint64_t b) { return tent_batch_destroy((tent_batch *)(uintptr_t)b); }
+
 static tent_status ccall_unregister(uint64_t e, uint64_t r) {
   return tent_unregister((tent_engine *)(uintptr_t)e, (tent_region *)(uintptr_t)r);
 }
@@ -504,6 +531,50 @@ func TransferSyncRaw(e uint64, reqs uintptr, n uint64, opts, statuses uintptr) R
 	return call(func() C.tent_status {
 		return C.ccall_transfer_sync_raw(C.uint64_t(e), C.uintptr_t(reqs), C.size_t(n), C.uintptr_t(opts), C.uintptr_t(statuses))
 	})
+}
+
+// Columns is the arguments of tent_transfer_columns(_sync) with every
+// pointer as given: Local, Remote and Lengths are the three arrays' addresses.
+type Columns struct {
+	Op                     uint32
+	Segment                uint64
+	Local, Remote, Lengths uintptr
+	N                      uint64
+	Opts                   uintptr
+}
+
+// TransferColumnsRaw calls tent_transfer_columns; out is batch_out as given.
+func TransferColumnsRaw(e uint64, c Columns, out uintptr) Result {
+	return call(func() C.tent_status {
+		return C.ccall_transfer_columns_raw(C.uint64_t(e), C.uint32_t(c.Op), C.uint64_t(c.Segment),
+			C.uintptr_t(c.Local), C.uintptr_t(c.Remote), C.uintptr_t(c.Lengths), C.size_t(c.N),
+			C.uintptr_t(c.Opts), C.uintptr_t(out))
+	})
+}
+
+// TransferColumnsSyncRaw calls tent_transfer_columns_sync; statuses as given.
+func TransferColumnsSyncRaw(e uint64, c Columns, statuses uintptr) Result {
+	return call(func() C.tent_status {
+		return C.ccall_transfer_columns_sync_raw(C.uint64_t(e), C.uint32_t(c.Op), C.uint64_t(c.Segment),
+			C.uintptr_t(c.Local), C.uintptr_t(c.Remote), C.uintptr_t(c.Lengths), C.size_t(c.N),
+			C.uintptr_t(c.Opts), C.uintptr_t(statuses))
+	})
+}
+
+func BatchWait(b uint64, timeoutMs int64) Result {
+	return call(func() C.tent_status { return C.ccall_batch_wait(C.uint64_t(b), C.int64_t(timeoutMs)) })
+}
+
+// BatchStatusRaw calls tent_batch_status with out as given and a NULL
+// completed_out.
+func BatchStatusRaw(b uint64, out uintptr, n uint64) Result {
+	return call(func() C.tent_status {
+		return C.ccall_batch_status_raw(C.uint64_t(b), C.uintptr_t(out), C.size_t(n))
+	})
+}
+
+func BatchDestroy(b uint64) Result {
+	return call(func() C.tent_status { return C.ccall_batch_destroy(C.uint64_t(b)) })
 }
 
 // SizeofRequest and SizeofRequestStatus are the C struct sizes.
