@@ -21,6 +21,9 @@ type Transport struct {
 	opts Options
 	e    *core.Engine
 	lib  devLibrary
+	// nics is fixed once Install returns: Submit and Eligible read it
+	// without a lock, also while Uninstall closes the NICs (their
+	// requests then fail on the closed transport).
 	nics []*nic
 	// why is the reason the transport cannot serve here (no library, no
 	// device, a device that does not open); "" when it can.
@@ -40,6 +43,7 @@ type Transport struct {
 	stop     chan struct{}
 	targets  connSet // connect-channel connections we serve
 
+	liveNICs  atomic.Int64 // NICs opened and not yet closed
 	targetQPs atomic.Int64
 	mrs       atomic.Int64
 	ids       atomic.Uint64 // work request ids
@@ -102,15 +106,18 @@ func (t *Transport) Install(e *core.Engine) error {
 		if err != nil {
 			t.why = fmt.Sprintf("opening RDMA device %s: %v", d.Name, err)
 			t.closeNICs()
+			t.nics = nil
 			_ = lib.Close()
 			return nil
 		}
 		t.nics = append(t.nics, n)
+		t.liveNICs.Add(1)
 	}
 	t.lib = lib
 	un, err := e.HandleConn(KindConnect, t.serveConnect)
 	if err != nil {
 		t.closeNICs()
+		t.nics = nil
 		_ = lib.Close()
 		t.lib = nil
 		return err
@@ -201,7 +208,7 @@ func (t *Transport) closeNICs() error {
 	for _, n := range t.nics {
 		errs = append(errs, n.close())
 	}
-	t.nics = nil
+	t.liveNICs.Store(0)
 	return errors.Join(errs...)
 }
 
@@ -210,7 +217,7 @@ func (t *Transport) closeNICs() error {
 // and core requests it carried.
 func (t *Transport) Stats() map[string]int64 {
 	s := map[string]int64{
-		"nics":       int64(len(t.nics)),
+		"nics":       t.liveNICs.Load(),
 		"mrs":        t.mrs.Load(),
 		"target_qps": t.targetQPs.Load(),
 		"posts":      t.posts.Load(),
