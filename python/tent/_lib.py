@@ -280,18 +280,22 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
 # parameter's type (c_void_p for a handle, c_size_t, c_int64, byref() or a
 # ctypes array for a pointer) or None for NULL: a plain int would be passed
 # as a C int.
-UNTYPED = ("tent_transfer_sync", "tent_transfer_poll", "tent_batch_wait", "tent_batch_destroy")
+UNTYPED = ("tent_transfer_sync", "tent_transfer_poll", "tent_batch_wait", "tent_batch_destroy",
+           "tent_transfer_columns", "tent_transfer_columns_sync")
 
 
 class Untyped:
     """The UNTYPED functions of a loaded library, as attributes (the slots
     are UNTYPED, spelled out for the type checker)."""
 
-    __slots__ = ("tent_transfer_sync", "tent_transfer_poll", "tent_batch_wait", "tent_batch_destroy")
+    __slots__ = ("tent_transfer_sync", "tent_transfer_poll", "tent_batch_wait", "tent_batch_destroy",
+                 "tent_transfer_columns", "tent_transfer_columns_sync")
     tent_transfer_sync: Any
     tent_transfer_poll: Any
     tent_batch_wait: Any
     tent_batch_destroy: Any
+    tent_transfer_columns: Any
+    tent_transfer_columns_sync: Any
 
     def __init__(self, dll: ctypes.CDLL) -> None:
         assert self.__slots__ == UNTYPED

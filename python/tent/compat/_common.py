@@ -1,6 +1,7 @@
 """What the Mooncake and NIXL layers share: the settings read from the
 environment, the transport a requested protocol/backend maps to, the
-notification envelope, and request arrays built without a Python loop.
+notification envelope, and batches handed to tent as three columns
+(tent_transfer_columns) without a Python loop.
 
 Environment (read when an engine/agent is created):
 
@@ -15,14 +16,15 @@ Environment (read when an engine/agent is created):
 from __future__ import annotations
 
 import array
-import functools
+import ctypes
 import os
 import struct
-import threading
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional, Tuple
 
 import tent
 from tent import _lib
+from tent._engine import Batch
+from tent._errors import check
 
 from . import _pybind
 
@@ -107,23 +109,13 @@ def as_bytes(msg: Any) -> bytes:
     raise TypeError(f"a notification message is bytes or str, not {type(msg).__name__}")
 
 
-# ---- request arrays -----------------------------------------------------------
+# ---- request columns ----------------------------------------------------------
 
 
-def requests(op: str, segment: tent.Segment, local_addrs: Any, remote_addrs: Any, lengths: Any,
-             scratch: Optional["RequestScratch"] = None) -> Any:
-    """One request array for ``Engine.transfer`` from three parallel
-    sequences of raw addresses/lengths (see ``columns``). With a
-    ``scratch``, the rows are written into its buffer (see RequestScratch):
-    the array is only valid until the thread's next call, which is all
-    ``Engine.transfer`` needs, since it copies them."""
-    return request_words(op, segment, columns(local_addrs, remote_addrs, lengths), scratch)
-
-
-def columns(local_addrs: Any, remote_addrs: Any, lengths: Any) -> Any:
-    """The 3 x n uint64 array of (local addresses, remote addresses,
-    lengths) from three sequences (lists, tuples, numpy arrays), each
-    element taken as Mooncake's bindings take a uintptr_t: a value they
+def column_words(local_addrs: Any, remote_addrs: Any, lengths: Any) -> Tuple[Any, int]:
+    """(the 3 x n uint64 array, C-contiguous, of (local addresses, remote
+    addresses, lengths), the address of its first word) from three
+    sequences (lists, tuples, numpy arrays), each element taken as Mooncake's bindings take a uintptr_t: a value they
     refuse (a float, a negative number, None, a str, 2**64 or more) raises
     ``_pybind.Mismatch``. Then what tent refuses: lists of different
     lengths, a length of zero, a range running past 2**64
@@ -153,15 +145,17 @@ def columns(local_addrs: Any, remote_addrs: Any, lengths: Any) -> Any:
                 cols = np.frombuffer(words, dtype=np.uint64).reshape(3, n)
                 # Below 2**63 each, no range can run past 2**64: one
                 # reduction checks all three columns.
-                if cols.max() < _U63 and cols[2].all():
-                    return cols
-                return _checked(np, cols)
+                if not (cols.max() < _U63 and cols[2].all()):
+                    _checked(np, cols)
+                # (the view keeps words, and so this address, alive)
+                return cols, words.buffer_info()[0]
     la, ra, ln = (_uint_column(np, x) for x in (local_addrs, remote_addrs, lengths))
     if not (la.shape == ra.shape == ln.shape):
         raise tent.InvalidArgument(
             f"{la.shape[0]} local addresses, {ra.shape[0]} remote addresses and {ln.shape[0]} lengths: "
             "the lists must have one entry each per transfer")
-    return _checked(np, np.stack((la, ra, ln)) if la.shape[0] else np.zeros((3, 0), dtype=np.uint64))
+    cols = _checked(np, np.stack((la, ra, ln)) if la.shape[0] else np.zeros((3, 0), dtype=np.uint64))
+    return cols, int(cols.ctypes.data)
 
 
 def _checked(np: Any, cols: Any) -> Any:
@@ -190,76 +184,65 @@ def _uint_column(np: Any, values: Any) -> Any:
     return np.array([_pybind.uint(v) for v in values], dtype=np.uint64).reshape(-1)
 
 
-class RequestScratch(threading.local):
-    """One request buffer per thread, reused by every call of that thread.
+# ---- column calls --------------------------------------------------------------
+#
+# tent_transfer_columns(_sync) take the three columns as they are, so a
+# batch costs one C call and no request array: nothing per request is done
+# in Python. The arguments are ctypes objects for the untyped functions
+# (_lib.UNTYPED): a pointer is a c_void_p of its address.
 
-    tent copies a request array when it is submitted, so the buffer is
-    free again as soon as ``Engine.transfer`` returns. Reusing it matters:
-    a batch submitted from a request array in freshly allocated memory
-    was measured 60-200 us slower at 128 requests (two processes, shm) than
-    one from memory submitted before, more than building the array costs.
-    """
-
-    words: Any = None     # (capacity, 5) uint64
-    arrays: Any = None    # n -> ctypes array of n tent.Request over words' first n rows
-    filled: Any = None    # (opcode, segment handle) already in every row
-
-    _ARRAYS = 64  # batch sizes remembered; past it, start over
-
-    def take(self, n: int, opcode: int, segment: int) -> Any:
-        """(the first n rows as words, the same rows as a ctypes array of
-        tent.Request), with opcode and segment written. The ctypes array is
-        what ``Engine.transfer`` takes without building a view of a numpy
-        array per call; its memory is words', which this scratch keeps."""
-        import numpy as np
-
-        if self.words is None or self.words.shape[0] < n:
-            _request_words()  # the layout check, once
-            self.words = np.empty((max(n, 128), 5), dtype=np.uint64)
-            self.arrays = {}
-            self.filled = None
-        if self.filled != (opcode, segment):
-            self.words[:, 0] = opcode  # reserved = 0 (little-endian)
-            self.words[:, 2] = segment
-            self.filled = (opcode, segment)
-        arr = self.arrays.get(n)
-        if arr is None:
-            if len(self.arrays) >= self._ARRAYS:
-                self.arrays.clear()
-            arr = self.arrays[n] = (_lib.Request * n).from_address(self.words.ctypes.data)
-        return self.words[:n], arr
+_OPCODE_ARGS = {"read": ctypes.c_uint32(tent.READ), "write": ctypes.c_uint32(tent.WRITE)}  # never modified
+_NO_OPTS = (None, None)
 
 
-def request_words(op: str, segment: tent.Segment, cols: Any, scratch: Optional[RequestScratch] = None) -> Any:
-    """The request array from a checked 3 x n uint64 array of columns (local
-    addresses, remote addresses, lengths): rows of (opcode, local, segment,
-    remote, length) words."""
-    import numpy as np
+def transfer_options(engine: tent.Engine, notify: Optional[bytes], transport: Optional[str]) -> Tuple[Any, Any]:
+    """(the opts argument of a column call: None or a pointer to
+    tent_transfer_options, what must stay alive until the call returned)."""
+    if notify is None and transport is None:
+        return _NO_OPTS
+    opts, keep = engine._transfer_options(None, notify, transport)
+    assert opts is not None  # a notify or a transport was given
+    return ctypes.byref(opts), (opts, keep)
 
+
+def _column_args(engine: tent.Engine, op: str, segment: tent.Segment, addr: int, n: int) -> Tuple[Any, ...]:
+    if engine._handle is None:
+        engine._h()  # raises InvalidHandle
+    seg = segment._handle
+    if seg is None:
+        seg = segment.handle  # raises InvalidHandle
+    return (engine._handle_arg, _OPCODE_ARGS[op], ctypes.c_void_p(seg), ctypes.c_void_p(addr),
+            ctypes.c_void_p(addr + 8 * n), ctypes.c_void_p(addr + 16 * n), ctypes.c_size_t(n))
+
+
+def transfer_columns_sync(engine: tent.Engine, op: str, segment: tent.Segment, cols: Any, addr: int,
+                          opts: Tuple[Any, Any] = _NO_OPTS) -> None:
+    """The batch of the 3 x n columns at addr (from column_words; cols
+    keeps them alive), submitted and waited for in one call
+    (tent_transfer_columns_sync). Raises the call's or the first failed
+    request's error."""
     n = cols.shape[1]
-    code = tent.WRITE if op == "write" else tent.READ
-    if scratch is not None:
-        words, reqs = scratch.take(n, code, segment.handle)
-        words[:, 1], words[:, 3], words[:, 4] = cols[0], cols[1], cols[2]
-        return reqs
-    words = np.empty((n, 5), dtype=np.uint64)
-    words[:, 1], words[:, 3], words[:, 4] = cols[0], cols[1], cols[2]
-    words[:, 0] = code  # opcode, reserved = 0 (little-endian)
-    words[:, 2] = segment.handle
-    return words.view(_request_words()).reshape(-1)
+    st = engine._fast.tent_transfer_columns_sync(*_column_args(engine, op, segment, addr, n), opts[0], None)
+    del opts
+    if st < 0:
+        check(st)
 
 
-@functools.lru_cache(maxsize=1)
-def _request_words() -> Any:
-    """tent.request_dtype, checked (once) to be five little-endian 64-bit words."""
-    import sys
-
-    dt = tent.request_dtype
-    offsets = {name: dt.fields[name][1] for name in dt.names}
-    if (sys.byteorder != "little" or dt.itemsize != 40 or offsets != {
-            "opcode": 0, "reserved": 4, "local_addr": 8, "segment": 16, "remote_addr": 24, "length": 32}):
-        raise tent.InternalError(f"tent_request's layout is not the one tent.compat writes: {dt}")
-    return dt
+def transfer_columns(engine: tent.Engine, op: str, segment: tent.Segment, cols: Any, addr: int,
+                     opts: Tuple[Any, Any] = _NO_OPTS) -> tent.Batch:
+    """The batch of the columns, submitted (tent_transfer_columns): its
+    tent.Batch, as ``Engine.transfer`` returns it."""
+    n = cols.shape[1]
+    out = ctypes.c_void_p()
+    st = engine._fast.tent_transfer_columns(*_column_args(engine, op, segment, addr, n), opts[0],
+                                            ctypes.byref(out))
+    del opts
+    bh = out.value
+    if bh is None:  # the call failed: nothing was submitted
+        check(st if st < 0 else _lib.TENT_ERR_INTERNAL)
+    # A failed request is wait()'s to raise; out is the handle's argument
+    # for the untyped calls, as Engine.transfer passes it.
+    return Batch(engine, bh, n, st == _lib.TENT_OK, out)  # type: ignore[arg-type]
 
 
 _U64_MAX = (1 << 64) - 1

@@ -244,7 +244,6 @@ class TransferEngine:
         self._answered = threading.Condition(self._lock)
         self._pump: Optional[threading.Thread] = None
         self._drain_lock = threading.Lock()
-        self._scratch = _common.RequestScratch()  # request rows, reused per thread
         self._stop = threading.Event()
         self.last_error = ""  # tent's message for the last failed call (tent addition)
 
@@ -552,9 +551,9 @@ class TransferEngine:
                 else:
                     e.read((buffer, length), seg, peer, transport=transport)
                 return 0
-            reqs = _common.requests(op, seg, [buffer], [peer], [length], self._scratch)
-            with e.transfer(reqs, notify=self._wrap(notify), transport=transport) as batch:
-                batch.wait()
+            cols, addr = _common.column_words([buffer], [peer], [length])
+            _common.transfer_columns_sync(e, op, seg, cols, addr,
+                                          _common.transfer_options(e, self._wrap(notify), transport))
             return 0
         except Exception as exc:  # noqa: BLE001
             return self._fail(f"transfer_sync_{op}({target})", exc)
@@ -562,25 +561,24 @@ class TransferEngine:
     def _sync_many(self, op: str, target: str, buffers: Any, peers: Any, lengths: Any, hint: str,
                    notify: Optional[TransferNotify] = None) -> int:
         try:
-            cols = _common.columns(buffers, peers, lengths)  # first, as the bindings convert before the call
+            # first, as the bindings convert before the call
+            cols, addr = _common.column_words(buffers, peers, lengths)
             e = self._need()
             seg = self._segment(target)
             if cols.shape[1] == 0:
                 return 0
-            reqs = _common.request_words(op, seg, cols, self._scratch)
             wrapped = self._wrap(notify) if notify is not None else None
-            with e.transfer(reqs, notify=wrapped, transport=_hint(hint)) as batch:
-                batch.wait()
+            _common.transfer_columns_sync(e, op, seg, cols, addr, _common.transfer_options(e, wrapped, _hint(hint)))
             return 0
         except Exception as exc:  # noqa: BLE001
             return self._fail(f"batch_transfer_sync_{op}({target})", exc)
 
     def _submit(self, op: str, target: str, buffers: Any, peers: Any, lengths: Any, hint: str) -> int:
         try:
-            cols = _common.columns(buffers, peers, lengths)
+            cols, addr = _common.column_words(buffers, peers, lengths)
             e = self._need()
             seg = self._segment(target)
-            batch = e.transfer(_common.request_words(op, seg, cols, self._scratch), transport=_hint(hint))
+            batch = _common.transfer_columns(e, op, seg, cols, addr, _common.transfer_options(e, None, _hint(hint)))
             with self._lock:
                 bid = next(self._ids)
                 self._batches[bid] = batch

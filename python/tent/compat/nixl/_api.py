@@ -71,9 +71,16 @@ _OPS = {"WRITE": "write", "READ": "read"}
 _MAX_FRAME = 16 << 20
 _SIDE_CHANNEL_TIMEOUT_S = 5.0
 # check_xfer_state: polls closer together than this are a spinning client,
-# answered by a blocking wait of at most _SPIN_WAIT_S.
+# answered by a blocking wait of at most _SPIN_WAIT_S. The wait ends the
+# moment the transfer does; its bound matters because a waiter copies on
+# its own thread (shm) only what it can finish before the bound: at 1 ms,
+# a 8 MiB batch was handed on to a job goroutine part-way and finished
+# twice as late as with an untimed wait (20 ms: as fast).
 _SPIN_GAP_S = 0.0002
-_SPIN_WAIT_S = 0.001
+_SPIN_WAIT_S = 0.02
+# What a poll found (_wait_if_spinning): still running, finished with every
+# request successful, finished with the outcome still to be read.
+_RUNNING, _SUCCEEDED, _FINISHED = object(), object(), object()
 
 
 def _is_torch_tensor(obj: object) -> bool:
@@ -248,20 +255,29 @@ class _Remote:
 
 
 class _Dlist:
+    """A prepared descriptor list: its rows, and their addresses and lengths
+    as two contiguous columns, which make_prepped_xfer gathers from."""
+
     def __init__(self, agent: Optional[str], rows: Any, mem: Any) -> None:
+        import numpy as np
+
         self.agent = agent  # None: local (NIXL_INIT_AGENT)
         self.rows = rows
         self.mem = mem
+        self.addrs = np.ascontiguousarray(rows[:, 0], dtype=np.uint64)
+        self.lens = np.ascontiguousarray(rows[:, 1], dtype=np.uint64)
 
 
 class _Xfer:
     """A transfer request: its columns (local addresses, remote addresses,
-    lengths; checked when made) and, once posted, its tent batch."""
+    lengths; checked when made, a C-contiguous 3 x n array at addr, which
+    every post hands to tent as they are) and, once posted, its tent batch."""
 
     def __init__(self, op: str, remote: str, cols: Any, notif: bytes) -> None:
         self.op = op
         self.remote = remote
         self.cols = cols
+        self.addr = int(cols.ctypes.data)
         self.notif = notif
         self.batch: Optional[tent.Batch] = None
         self.start_us = 0
@@ -359,7 +375,6 @@ class nixl_agent:  # noqa: N801
         self._dlists: Dict[int, _Dlist] = {}
         self._xfers: Dict[int, _Xfer] = {}
         self._self_segment: Optional[tent.Segment] = None
-        self._scratch = _common.RequestScratch()  # request rows, reused per thread (tent copies them)
         for b in served:
             self.create_backend(b)
         self._listener: Optional[_Listener] = None
@@ -930,15 +945,24 @@ class nixl_agent:  # noqa: N801
         li, ri = _indices(np, local_indices), _indices(np, remote_indices)
         if li.shape != ri.shape:
             raise nixlInvalidParamError(f"make_prepped_xfer: {li.shape[0]} local and {ri.shape[0]} remote indices")
+        n = li.shape[0]
+        if n == 0:
+            raise nixlInvalidParamError("a transfer needs at least one descriptor")
+        # Gathered from the lists' cached columns straight into the
+        # transfer's columns (local addresses, remote addresses, lengths).
+        cols = np.empty((3, n), dtype=np.uint64)
+        rlens = np.empty(n, dtype=np.uint64)
         try:
-            if li.size and min(li.min(), ri.min()) < 0:
+            if min(li.min(), ri.min()) < 0:
                 raise IndexError("negative")
-            lrows = ld.rows.take(li, axis=0)  # raises IndexError past the end
-            rrows = rd.rows.take(ri, axis=0)
+            ld.addrs.take(li, out=cols[0])  # raises IndexError past the end
+            rd.addrs.take(ri, out=cols[1])
+            ld.lens.take(li, out=cols[2])
+            rd.lens.take(ri, out=rlens)
         except IndexError:
             raise nixlInvalidParamError(f"make_prepped_xfer: an index is outside its list of {ld.rows.shape[0]} "
                                         f"local / {rd.rows.shape[0]} remote descriptors") from None
-        return self._new_xfer(op, remote, lrows, rrows, notif_msg)
+        return self._new_xfer(op, remote, cols, rlens, notif_msg)
 
     def initialize_xfer(self, operation: str, local_descs: nixlXferDList, remote_descs: nixlXferDList,
                         remote_agent: str, notif_msg: Union[bytes, str] = b"",
@@ -959,7 +983,14 @@ class nixl_agent:  # noqa: N801
             if not self._peer(remote_agent).regions.contains(remote_descs.rows).all():
                 raise nixlNotFoundError(f"initialize_xfer: a remote descriptor is not in memory {remote_agent!r} "
                                         "registered")
-        return self._new_xfer(op, remote_agent, local_descs.rows.copy(), remote_descs.rows.copy(), notif_msg)
+        import numpy as np
+
+        n = len(local_descs)
+        if n == 0:
+            raise nixlInvalidParamError("a transfer needs at least one descriptor")
+        cols = np.empty((3, n), dtype=np.uint64)
+        cols[0], cols[1], cols[2] = local_descs.rows[:, 0], remote_descs.rows[:, 0], local_descs.rows[:, 1]
+        return self._new_xfer(op, remote_agent, cols, remote_descs.rows[:, 1], notif_msg)
 
     def _op(self, operation: str) -> str:
         """'READ'/'WRITE' as tent's op; anything else is a KeyError (NIXL
@@ -969,17 +1000,13 @@ class nixl_agent:  # noqa: N801
         except (KeyError, TypeError):
             raise KeyError(operation) from None
 
-    def _new_xfer(self, op: str, remote: str, lrows: Any, rrows: Any, notif: Any) -> nixl_xfer_handle:
-        import numpy as np
-
-        if lrows.shape[0] == 0:
-            raise nixlInvalidParamError("a transfer needs at least one descriptor")
-        if (lrows[:, 1] != rrows[:, 1]).any():
-            i = int((lrows[:, 1] != rrows[:, 1]).argmax())
-            raise nixlInvalidParamError(f"descriptor pair {i}: local length {int(lrows[i, 1])} != remote length "
-                                        f"{int(rrows[i, 1])}")
-        cols = np.empty((3, lrows.shape[0]), dtype=np.uint64)
-        cols[0], cols[1], cols[2] = lrows[:, 0], rrows[:, 0], lrows[:, 1]
+    def _new_xfer(self, op: str, remote: str, cols: Any, rlens: Any, notif: Any) -> nixl_xfer_handle:
+        """A transfer of cols (3 x n: local addresses, remote addresses,
+        local lengths), whose remote descriptors' lengths are rlens."""
+        if (cols[2] != rlens).any():
+            i = int((cols[2] != rlens).argmax())
+            raise nixlInvalidParamError(f"descriptor pair {i}: local length {int(cols[2, i])} != remote length "
+                                        f"{int(rlens[i])}")
         x = _Xfer(op, remote, cols, _common.as_bytes(notif or b""))
         with self._lock:
             h = self._next()
@@ -1006,9 +1033,9 @@ class nixl_agent:  # noqa: N801
         t0 = time.time_ns()
         try:
             seg = self._peer_segment(x.remote)
-            reqs = _common.request_words(x.op, seg, x.cols, self._scratch)
             notify = _common.envelope(_common.KIND_USER, self.name, msg) if msg else None
-            x.batch = self._engine.transfer(reqs, notify=notify)
+            x.batch = _common.transfer_columns(self._engine, x.op, seg, x.cols, x.addr,
+                                               _common.transfer_options(self._engine, notify, None))
         except nixlBind._nixlError:
             raise
         except Exception as exc:  # noqa: BLE001
@@ -1027,9 +1054,11 @@ class nixl_agent:  # noqa: N801
         if x.finished:
             return "DONE"
         try:
-            if not x.batch.done and not self._wait_if_spinning(x):
+            state = _FINISHED if x.batch.done else self._wait_if_spinning(x)
+            if state is _RUNNING:
                 return "PROC"
-            x.batch.wait(0)
+            if state is _FINISHED:
+                x.batch.wait(0)  # raises a failed request's error
         except Exception as exc:  # noqa: BLE001
             x.finished = True
             x.xfer_us = time.time_ns() // 1000 - x.start_us
@@ -1039,29 +1068,31 @@ class nixl_agent:  # noqa: N801
         return "DONE"
 
     @staticmethod
-    def _wait_if_spinning(x: _Xfer) -> bool:
-        """True once x finished. A client polling in a tight loop (again
-        within _SPIN_GAP_S) is answered by a short blocking wait instead,
-        which returns the moment the batch finishes: the same answer, without
-        a core spent spinning that tent's copies need. Polls spaced further
-        apart (a scheduler's step) never block."""
+    def _wait_if_spinning(x: _Xfer) -> object:
+        """Whether x, not finished when polled, is now: _RUNNING,
+        _SUCCEEDED or _FINISHED (its outcome still to be read). A client
+        polling in a tight loop (again within _SPIN_GAP_S) is answered by a
+        short blocking wait instead, which returns the moment the batch
+        finishes: the same answer, without a core spent spinning that tent's
+        copies need. Polls spaced further apart (a scheduler's step) never
+        block."""
         batch = x.batch
         assert batch is not None  # posted: check_xfer_state checked
         now = time.monotonic()
         spinning = now - x.polled < _SPIN_GAP_S
         x.polled = now
         if not spinning:
-            return False
+            return _RUNNING
         try:
             batch.wait(_SPIN_WAIT_S)
         except tent.Timeout:
             # Still running then, or finished just after (perhaps a request
             # that timed out): the caller's wait(0) gives the outcome.
             x.polled = time.monotonic()
-            return batch.done
+            return _FINISHED if batch.done else _RUNNING
         except Exception:  # noqa: BLE001 - a failed request: the caller's wait(0) raises it
-            return True
-        return True
+            return _FINISHED
+        return _SUCCEEDED
 
     def get_xfer_telemetry(self, handle: nixl_xfer_handle) -> nixlXferTelemetry:
         """startTime, postDuration, xferDuration (microseconds), totalBytes,
