@@ -549,6 +549,11 @@ func (c *conn) tryFlush(nc net.Conn) (bool, error) {
 		if err == nil && werr != unix.EAGAIN {
 			err = werr
 		}
+		if err != nil && isTimeout(err) && c.stillOnTime() {
+			// A deadline left over from completed requests, which no
+			// read has moved yet (a caller reading its own replies).
+			continue
+		}
 		if err != nil {
 			return false, ioError("write to "+c.pool.key.addr, err)
 		}

@@ -118,3 +118,8 @@ func (t *Transport) OnCallerRead(f func()) { t.onCallerRead = f }
 // it is inside a reply (it then reads the reply to its end); call it
 // before the first transfer.
 func (t *Transport) OnPastLimit(f func()) { t.onPastLimit = f }
+
+// SetWatchDelay sets how long after a caller let go of an idle
+// connection's read side its reader goroutine takes it back; call it
+// before the first transfer.
+func (t *Transport) SetWatchDelay(d time.Duration) { t.watchDelay = d }

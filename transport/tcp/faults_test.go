@@ -442,3 +442,45 @@ func TestStaleDeadline(t *testing.T) {
 	require.EqualValues(t, 1, tr.Stats()["dials"], "the connection was kept")
 	require.Zero(t, tr.Stats()["timeouts"])
 }
+
+// A submitter writing on an idle stream whose socket still carries the
+// deadline of a batch that completed, and that has passed since, moves the
+// deadline and writes: the write does not fail with Timeout. (The caller
+// reads its own reply, and the reader goroutine, which would have moved
+// the deadline when its read timed out, does not take the read side back
+// meanwhile.)
+func TestStaleDeadlineInlineWrite(t *testing.T) {
+	f := startFake(t, "late") // answers at once
+	e, tr := newEngineWith(t, core.Options{}, tcp.Options{Streams: 1})
+	tr.SetWatchDelay(time.Hour)
+	local := register(t, e, 4096, 0)
+	seg, err := e.OpenSegment(f.addr())
+	require.NoError(t, err)
+	req := []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(local), Segment: seg, Remote: fakeBase, Len: 4096}}
+	// Until a batch's reply was read by its caller: the read side is then
+	// free, and the reader goroutine waits for its watch (an hour).
+	var stale time.Time
+	for i := 0; ; i++ {
+		require.Less(t, i, 1000, "no caller read its own reply")
+		byCaller := tr.Stats()["replies_by_caller"]
+		b, err := e.Submit(req, core.TransferOptions{Timeout: 100 * time.Millisecond, Waiting: true})
+		require.NoError(t, err)
+		code, err := b.Wait(-1)
+		require.Equal(t, status.OK, code, "%v", err)
+		stale = b.Deadline()
+		e.ReleaseBatch(b)
+		if tr.Stats()["replies_by_caller"] > byCaller {
+			break
+		}
+	}
+	<-time.After(time.Until(stale) + time.Millisecond) // the socket's deadline has passed
+	inline := tr.Stats()["writes_inline"]
+	b, err := e.Submit(req, core.TransferOptions{Timeout: time.Minute, Waiting: true})
+	require.NoError(t, err)
+	code, err := b.Wait(-1)
+	e.ReleaseBatch(b)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Greater(t, tr.Stats()["writes_inline"], inline, "the submitter wrote the request itself")
+	require.EqualValues(t, 1, tr.Stats()["dials"], "the connection was kept")
+	require.Zero(t, tr.Stats()["timeouts"])
+}

@@ -70,7 +70,11 @@ const timedHelpMax = 512 << 10
 // inside the receive buffer any more.
 func (c *conn) readLoop(free func()) {
 	defer free()
-	watch := time.NewTimer(watchDelay)
+	delay := watchDelay
+	if c.t.watchDelay != 0 {
+		delay = c.t.watchDelay
+	}
+	watch := time.NewTimer(delay)
 	defer watch.Stop()
 	watched := true // a new connection is watched at once
 	for {
@@ -87,7 +91,7 @@ func (c *conn) readLoop(free func()) {
 			continue
 		}
 		c.mu.Unlock()
-		watch.Reset(watchDelay)
+		watch.Reset(delay)
 		select {
 		case <-c.rdWake:
 			watched = false

@@ -79,6 +79,9 @@ type Transport struct {
 	// onPastLimit, when set (by the tests), runs each time a timed
 	// caller's limit passes while it is inside a reply.
 	onPastLimit func()
+	// watchDelay, when set (by the tests, before the first transfer),
+	// replaces the package's watchDelay.
+	watchDelay time.Duration
 
 	reaping bool          // a reaper goroutine runs (under mu)
 	noConns chan struct{} // dropConn tells the reaper the last connection went
