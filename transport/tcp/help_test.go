@@ -65,6 +65,10 @@ func helpedFake(t *testing.T) (*fakePeer, *core.Engine, *tcp.Transport, []core.T
 	for len(took) > 0 {
 		recv(t, took, "the caller to take the read side")
 	}
+	// The write side is free again, so the next request is written by its
+	// submitter, before Submit returns (a writer goroutine woken instead
+	// would skip a request canceled before it ran).
+	require.Eventually(t, func() bool { return !tr.Writing() }, 10*time.Second, time.Millisecond)
 	return f, e, tr, req, took
 }
 
