@@ -194,7 +194,9 @@ func TestTwoCallersOneStream(t *testing.T) {
 // idle connection back (within a millisecond), so a connection the
 // target drops while idle is noticed without a request on it.
 func TestIdleDropNoticedAfterCallerReads(t *testing.T) {
-	a, ta := newEngine(t, core.Options{})
+	// One stream: the batches below would move on to a second one after
+	// a MiB (256 of them, on a loaded machine).
+	a, ta := newEngineWith(t, core.Options{}, tcp.Options{Streams: 1})
 	b, tb := newEngine(t, core.Options{})
 	src := alloc(t, a, 4096, 0)
 	dst := alloc(t, b, 4096, rw)
