@@ -155,6 +155,9 @@ def test_arguments_are_converted_as_the_bindings_convert_them(engine):
             refused = True
         except ValueError:  # read_bytes_from_buffer outside this engine's memory: converted, then refused
             refused = False
+        except RuntimeError:  # target_hostname=None: converted (a null const char *), then the engine throws
+            assert params[i][1] == "target_hostname" and value is None, (method, params[i][1], value)
+            refused = False
         if refused == taken:
             wrong.append(f"{method} {params[i][1]}={value!r}: {'refused' if refused else 'taken'}")
     assert not wrong, wrong
@@ -214,3 +217,36 @@ def test_transfer_notify_is_built_as_the_bindings_build_it():
     with pytest.raises(TypeError, match="incompatible function arguments"):
         n.msg = 5
     assert n.msg == "b"
+
+
+TARGET_METHODS = [m for m, spec in SIGNATURES.items() if spec.startswith("target_hostname: str")]
+
+
+@pytest.mark.parametrize("method", TARGET_METHODS)
+def test_a_none_target_raises_runtime_error_as_the_engine_does(method):
+    """The bindings take target_hostname=None (a const char *); Mooncake's
+    engine then throws (a std::string made from the null pointer, its first
+    use in every transfer method), which pybind11 raises as RuntimeError --
+    on an initialized engine too, before the lists' lengths are compared.
+    A list element the bindings refuse is still their TypeError, first."""
+    import mooncake.engine as me
+
+    e = me.TransferEngine()
+    try:
+        assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
+        params = _params(SIGNATURES[method])
+        args = [_good(shown) for _, _, shown, _ in params]
+        args[0] = None
+        with pytest.raises(RuntimeError, match="null"):
+            getattr(e, method)(*args)
+        lists = [i for i, _, shown, _ in params if shown == "list[int]"]
+        if lists:
+            args[lists[0]] = [1, 2]  # lists of different lengths: still the RuntimeError
+            with pytest.raises(RuntimeError):
+                getattr(e, method)(*args)
+            args[lists[0]] = [1.5]
+            with pytest.raises(TypeError, match="incompatible function arguments"):
+                getattr(e, method)(*args)
+        assert e.last_error == ""  # raised, not a failed call
+    finally:
+        e.close()

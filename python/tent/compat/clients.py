@@ -395,8 +395,14 @@ def overhead(transport: str = "shm", block_size: int = 65536, batch: int = 128, 
     ``transfer`` / ``check_xfer_state`` / ``release_xfer_handle``, on the
     same engine and memory, interleaved round by round in alternating
     order; the best round of each (least disturbed by other load) and the
-    median."""
+    median. Beside Mooncake's, tent's waiting call (``tent_transfer_sync``)
+    of the same array, which is what ``batch_transfer_sync_write`` calls
+    (as columns): ``mooncake_added_percent_over_sync``."""
+    import ctypes
     import statistics
+
+    from tent import _lib
+    from tent._errors import check
 
     env = {"TENT_COMPAT_TRANSPORTS": transport}
     saved = os.environ.get("TENT_COMPAT_TRANSPORTS")
@@ -438,12 +444,25 @@ def overhead(transport: str = "shm", block_size: int = 65536, batch: int = 128, 
                 with engine.transfer(reqs) as b:
                     b.wait()
 
+            # tent_transfer_sync of the same request array: the waiting
+            # call batch_transfer_sync_write's own is (tent_transfer_columns_sync),
+            # which may copy on the calling thread; Python has no multi-request
+            # sync call, so it is called as tent.compat calls tent.
+            sync_args = (engine._handle_arg, (_lib.Request * batch).from_buffer(reqs), ctypes.c_size_t(batch),
+                         None, None)
+
+            def native_sync() -> None:
+                st = engine._fast.tent_transfer_sync(*sync_args)
+                if st < 0:
+                    check(st)
+
             def mooncake() -> None:
                 if init.engine.batch_transfer_sync_write(session, srcs, dsts, lens) != 0:
                     raise RuntimeError(init.engine.last_error)
 
-            r = timed({"tent": native, "mooncake": mooncake})
+            r = timed({"tent": native, "tent sync": native_sync, "mooncake": mooncake})
             runs["tent (mooncake peer)"], runs["mooncake"] = r["tent"], r["mooncake"]
+            runs["tent sync (mooncake peer)"] = r["tent sync"]
             seg.close()
         finally:
             init.close()
@@ -488,6 +507,8 @@ def overhead(transport: str = "shm", block_size: int = 65536, batch: int = 128, 
                            for k, v in runs.items()}
     for api, ref in (("mooncake", "tent (mooncake peer)"), ("nixl", "tent (nixl peer)")):
         out[f"{api}_added_percent"] = round((min(runs[api]) / min(runs[ref]) - 1) * 100, 1)
+    out["mooncake_added_percent_over_sync"] = round(
+        (min(runs["mooncake"]) / min(runs["tent sync (mooncake peer)"]) - 1) * 100, 1)
     return out
 
 

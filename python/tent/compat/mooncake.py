@@ -541,6 +541,8 @@ class TransferEngine:
 
     def _sync_one(self, op: str, target: str, buffer: int, peer: int, length: int, hint: str,
                   notify: Optional[TransferNotify] = None) -> int:
+        if target is None:
+            raise _null_target()
         try:
             e = self._need()
             seg = self._segment(target)
@@ -560,6 +562,8 @@ class TransferEngine:
 
     def _sync_many(self, op: str, target: str, buffers: Any, peers: Any, lengths: Any, hint: str,
                    notify: Optional[TransferNotify] = None) -> int:
+        if target is None:
+            raise _null_target(buffers, peers, lengths)
         try:
             # first, as the bindings convert before the call
             cols, addr = _common.column_words(buffers, peers, lengths)
@@ -574,6 +578,8 @@ class TransferEngine:
             return self._fail(f"batch_transfer_sync_{op}({target})", exc)
 
     def _submit(self, op: str, target: str, buffers: Any, peers: Any, lengths: Any, hint: str) -> int:
+        if target is None:
+            raise _null_target(buffers, peers, lengths)
         try:
             cols, addr = _common.column_words(buffers, peers, lengths)
             e = self._need()
@@ -857,6 +863,17 @@ def _location(location: Optional[str]) -> Optional[str]:
 
 def _op(opcode: int) -> str:
     return "read" if opcode == TransferOpcode.Read else "write"
+
+
+def _null_target(*lists: Any) -> RuntimeError:
+    """What Mooncake raises for target_hostname=None: its bindings pass
+    None as a null ``const char *``, and every transfer method's first use
+    of it (a lookup in its segment cache, a std::string) throws
+    std::logic_error, which pybind11 raises as RuntimeError. The lists are
+    converted first (a bad element is still the bindings' TypeError)."""
+    for values in lists:
+        _pybind.uints(values)
+    return RuntimeError("basic_string: construction from null is not valid")
 
 
 def _hint(hint: str) -> Optional[str]:
