@@ -4,6 +4,7 @@ package shm
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -186,6 +187,67 @@ func BenchmarkShmBatch128(b *testing.B) {
 						after["grant_misses"]-before["grant_misses"])
 				}
 			})
+		}
+	}
+}
+
+// BenchmarkShmBatch128Wait is BenchmarkShmBatch128 as a C caller runs it:
+// on a goroutine locked to its thread (a cgo call's), tent_transfer's
+// Submit and then tent_batch_wait's Wait, untimed (-1, the C++ twin) or in
+// the Python layer's 200 ms slices. It reports ns/req and helped, the
+// fraction of batches the waiting thread copied itself (copies_helped).
+//
+//	go test -run '^$' -bench ShmBatch128Wait -benchmem ./transport/shm/
+func BenchmarkShmBatch128Wait(b *testing.B) {
+	const (
+		size  = 4 << 10
+		batch = 128
+		span  = batch * size
+	)
+	peer := startPeer(b, peertest.Buffer{Size: span, Perm: rw, Alloc: true}, peertest.Buffer{Size: span, Perm: rw})
+	e, tr := newEngine(b, core.Options{DefaultTimeout: time.Minute})
+	seg := openSeg(b, e, peer.Name)
+	local := localBuf(b, e, span)
+	for buf, path := range []string{"mapped", "process_vm"} {
+		for _, op := range []core.Op{core.OpWrite, core.OpRead} {
+			for _, wait := range []time.Duration{-1, 200 * time.Millisecond} {
+				name := "untimed"
+				if wait > 0 {
+					name = "timed"
+				}
+				b.Run(path+"/"+opName(op)+"/"+name, func(b *testing.B) {
+					reqs := make([]core.TransferRequest, batch)
+					for i := range reqs {
+						o := uint64(i) * size
+						reqs[i] = core.TransferRequest{Op: op, Local: host.Addr(local) + o, Segment: seg,
+							Remote: peer.Buffers[buf].Addr + o, Len: size}
+					}
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+					once := func() {
+						bt, err := e.Submit(reqs, core.TransferOptions{})
+						if err != nil {
+							b.Fatal(err)
+						}
+						if c, err := bt.Wait(wait); c != status.OK {
+							b.Fatalf("batch: %v", err)
+						}
+						e.ReleaseBatch(bt)
+					}
+					once() // connection, mapping, standing grant
+					before := tr.Stats()
+					b.SetBytes(batch * size)
+					b.ReportAllocs()
+					b.ResetTimer()
+					for n := 0; n < b.N; n++ {
+						once()
+					}
+					b.StopTimer()
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/batch, "ns/req")
+					after := tr.Stats()
+					b.ReportMetric(float64(after["copies_helped"]-before["copies_helped"])/float64(b.N), "helped")
+				})
+			}
 		}
 	}
 }

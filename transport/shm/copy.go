@@ -35,10 +35,13 @@ import (
 //
 // jobStart runs on a job goroutine before it claims its job (a test holds
 // it there to let the waiter claim first); helpBudget replaces the bytes
-// a waiter may still start copying before its wait ends (helpBudget).
+// a waiter may still start copying before its wait ends (helpBudget);
+// deferWindow replaces how long a deferred job waits for its waiter
+// before a goroutine runs it (deferWindow).
 type testHooks struct {
 	noInline           atomic.Bool
 	jobStart           atomic.Pointer[func()]
+	deferWindow        atomic.Pointer[time.Duration]
 	helpBudget         atomic.Pointer[func(until time.Time) uint64]
 	processVM          atomic.Pointer[func(op core.Op) error]
 	beforeCopy, grant  atomic.Pointer[func()]
@@ -54,6 +57,10 @@ type job struct {
 	t      *Transport
 	gen    uint64        // uses of this job value so far; on t.mu
 	claim  atomic.Uint64 // gen<<1, | 1 once the job goroutine or a waiter has claimed this use
+	// deferred: queued for its waiter with no goroutine started (on t.mu);
+	// fallback starts one if no waiter claims it within deferWindow.
+	deferred bool
+	fallback *time.Timer
 	reqs   []*core.Request
 	cancel []atomic.Bool
 	errs   []error
@@ -148,12 +155,31 @@ func (t *Transport) putJob(j *job) {
 // queueLocked starts the job goroutine of j; t.mu is held. A helpable
 // job is also left for the caller that waits for its batch to claim
 // (Help): whichever of the two claims it first runs it, the other does
-// nothing.
+// nothing. When the callers of recent batches came to claim them
+// (shouldDefer), no goroutine is started at first: the job waits for its
+// waiter, and only if none claims it within deferWindow does a goroutine
+// run it (deferExpired).
 func (t *Transport) queueLocked(j *job, helpable bool) {
-	gen := j.gen
 	if helpable {
 		t.queued[j.reqs[0]] = j
+		if t.shouldDefer(j) {
+			j.deferred = true
+			t.jobsDeferred.Add(1)
+			if j.fallback == nil {
+				j.fallback = time.AfterFunc(t.deferWindow(), func() { t.deferExpired(j) })
+			} else {
+				j.fallback.Reset(t.deferWindow())
+			}
+			return
+		}
 	}
+	t.startLocked(j)
+}
+
+// startLocked starts the goroutine that claims and runs the current use
+// of j; t.mu is held, and t is open or this call holds t.wg.
+func (t *Transport) startLocked(j *job) {
+	gen := j.gen
 	t.spawnLocked(func() {
 		if h := t.hooks.jobStart.Load(); h != nil {
 			(*h)()

@@ -39,6 +39,7 @@ func primeGrant(t *testing.T, p *grantPair, r *core.Region, n int, base map[stri
 		_, _ = b.Wait(-1)
 		return code == status.OK
 	}, 10*time.Second, time.Millisecond)
+	requireJobsGone(t, p.tr) // the jobs of the batches above have ended, not only their requests
 	for _, k := range []string{"copies_inline", "grant_hits", "requests"} {
 		base[k] = p.tr.Stats()[k]
 	}

@@ -94,6 +94,9 @@ type Transport struct {
 	grantHits      atomic.Int64 // lease runs copied under standing grants, no round trip
 	copiesInline   atomic.Int64 // of grantHits, those copied on the waiting caller's goroutine
 	copiesHelped   atomic.Int64 // of grantHits, those copied by a caller waiting for a queued job (Help)
+	waitersCame    atomic.Int32 // batches in a row whose waiter claimed them, at most deferAfter
+	jobsDeferred   atomic.Int64 // jobs queued for their waiter with no goroutine (queueLocked)
+	deferExpiredN  atomic.Int64 // of jobsDeferred, those no waiter claimed in time
 	grantMisses    atomic.Int64 // lease runs that asked the target
 	grantsRevoked  atomic.Int64 // as initiator: standing grants the target took back
 	revokesSent    atomic.Int64 // as target: REVOKE_GRANT frames sent
@@ -385,6 +388,9 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 				hit = true
 			}
 		}
+		if hit && j.deferred {
+			t.undeferLocked(j) // completes the canceled requests now, not when its waiter comes
+		}
 		if hit {
 			select {
 			case j.wake <- struct{}{}:
@@ -417,6 +423,11 @@ func (t *Transport) Uninstall() error {
 	t.closed = true
 	t.closing.Store(true)
 	close(t.done)
+	for _, j := range t.queued {
+		if j.deferred {
+			t.undeferLocked(j) // before Wait below; it completes with ErrUninstalled
+		}
+	}
 	for nc := range t.dials {
 		_ = nc.Close()
 	}
@@ -506,6 +517,8 @@ func (t *Transport) Stats() map[string]int64 {
 		"grant_hits":         t.grantHits.Load(),
 		"copies_inline":      t.copiesInline.Load(),
 		"copies_helped":      t.copiesHelped.Load(),
+		"jobs_deferred":      t.jobsDeferred.Load(),
+		"defer_expired":      t.deferExpiredN.Load(),
 		"grant_misses":       t.grantMisses.Load(),
 		"grants_revoked":     t.grantsRevoked.Load(),
 		"revokes_sent":       t.revokesSent.Load(),
