@@ -54,17 +54,17 @@ type testHooks struct {
 // and their buffers are reused, so the hot path allocates per batch, not
 // per request.
 type job struct {
-	t      *Transport
-	gen    uint64        // uses of this job value so far; on t.mu
-	claim  atomic.Uint64 // gen<<1, | 1 once the job goroutine or a waiter has claimed this use
+	t     *Transport
+	gen   uint64        // uses of this job value so far; on t.mu
+	claim atomic.Uint64 // gen<<1, | 1 once the job goroutine or a waiter has claimed this use
 	// deferred: queued for its waiter with no goroutine started (on t.mu);
 	// fallback starts one if no waiter claims it within deferWindow.
 	deferred bool
 	fallback *time.Timer
-	reqs   []*core.Request
-	cancel []atomic.Bool
-	errs   []error
-	grant  []grantEntry
+	reqs     []*core.Request
+	cancel   []atomic.Bool
+	errs     []error
+	grant    []grantEntry
 
 	enc      []byte        // the lease frame
 	reply    []byte        // the grant's entries, copied by the reader
