@@ -161,6 +161,18 @@
 // most the part in progress); a miss, or what it may not start in time,
 // it hands to a new job goroutine. The waiting thread then finds the
 // batch complete instead of sleeping until a job goroutine wakes it.
+// Once the waiters of 8 batches in a row have claimed them, Submit
+// starts no goroutine for a job that holds its batch's first request (the
+// one the waiter's claim names): the job is deferred, and only if no
+// waiter claims it within 100 µs (about a millisecond when every thread
+// is idle: the Go runtime's poller sleeps in whole milliseconds) does a
+// goroutine run it; then later jobs start theirs at once again until 8
+// more are claimed, so a caller that polls pays that once, not per
+// batch. A cancel and Uninstall start a deferred job at once. This saves
+// the goroutine's start, whose wake-up of an idle thread (a futex call
+// and an inter-processor interrupt) was paid on every batch even when the
+// waiter won the claim. Stats: jobs_deferred, and defer_expired for the
+// deferred jobs no waiter claimed in time.
 // Stats: grant_hits and grant_misses count lease runs (a run a waiter
 // copies in parts counts one hit per part), copies_inline the hits copied
 // in Submit, copies_helped those copied by a waiter, grants_cached the grants live here, grants the
