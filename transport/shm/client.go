@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -76,8 +77,8 @@ type mapping struct {
 	gen      uint64 // the target's generation when it was granted
 	writable bool
 	mem      []byte
-	refs     int
-	dropped  bool
+	refs     int         // on conn.mu
+	dropped  atomic.Bool // set on conn.mu; read without it by a copy that holds a reference
 }
 
 // clientFor returns the client for r's peer at the incarnation of r's
@@ -321,7 +322,7 @@ func (c *conn) deadErr() error {
 
 // dropLocked retires m; c.mu is held.
 func (c *conn) dropLocked(m *mapping) {
-	m.dropped = true
+	m.dropped.Store(true)
 	if m.refs == 0 {
 		c.unmap(m)
 	}
@@ -346,7 +347,7 @@ func (c *conn) getMapping(id uint64) *mapping {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := c.maps[id]
-	if m == nil || m.dropped || c.err != nil {
+	if m == nil || m.dropped.Load() || c.err != nil {
 		return nil
 	}
 	m.refs++
@@ -356,7 +357,7 @@ func (c *conn) getMapping(id uint64) *mapping {
 func (c *conn) putMapping(m *mapping) {
 	c.mu.Lock()
 	m.refs--
-	if m.dropped && m.refs == 0 {
+	if m.dropped.Load() && m.refs == 0 {
 		c.unmap(m)
 	}
 	c.mu.Unlock()

@@ -78,7 +78,8 @@ type job struct {
 	stop    time.Time   // no copy step starts after this
 	unTimed uint64      // bytes copied since the clock was last read
 	cur     int         // request being copied (for the fault handler)
-	curMap  *mapping    // mapping referenced by the copy in progress
+	curMap  *mapping    // mapping the copy holds a reference on, across requests of one allocation
+	mapped  int64       // bytes copied through mappings, not yet counted in t.bytesMapped
 	lo      int         // first request of the run being copied
 	grants  []*standing // the standing grant of each request of the run; nil under a lease
 	under   []*standing // grants' backing store
@@ -509,20 +510,47 @@ func (j *job) copyAll(lo, hi int) {
 	for i := lo; i < hi; {
 		i = j.copyFrom(i, lo, hi)
 	}
+	j.putMap()
 	j.flushPVM(core.OpRead)
 	j.flushPVM(core.OpWrite)
 	for op := range j.pv {
 		j.pv[op].reset()
+	}
+	// Counted once per run: an atomic add after each request's copy
+	// waited for that copy's stores to drain.
+	j.t.bytesMapped.Add(j.mapped)
+	j.mapped = 0
+}
+
+// mapFor returns the live mapping of allocation id with a reference held
+// by j (j.curMap), or nil. The reference taken for one request serves the
+// next ones of the same allocation: a reference keeps the mapping mapped,
+// and a mapping dropped meanwhile (revoke, descriptor check, dead
+// connection) is given back and looked up again, so it is never used
+// after its drop, exactly as with a lookup per request.
+func (j *job) mapFor(id uint64) *mapping {
+	if m := j.curMap; m != nil {
+		if m.alloc == id && !m.dropped.Load() {
+			return m
+		}
+		j.putMap()
+	}
+	j.curMap = j.c.getMapping(id)
+	return j.curMap
+}
+
+// putMap gives back the reference mapFor took.
+func (j *job) putMap() {
+	if m := j.curMap; m != nil {
+		j.curMap = nil
+		j.c.putMapping(m)
 	}
 }
 
 func (j *job) copyFrom(i, lo, hi int) (next int) {
 	defer func() {
 		if p := recover(); p != nil {
-			if m := j.curMap; m != nil {
-				j.c.putMapping(m)
-				j.curMap = nil
-			}
+			j.putMap()
 			j.errs[j.cur] = status.Errorf(status.TransportError, "shm: memory fault while copying: %v", p)
 			next = j.cur + 1
 		}
@@ -542,13 +570,9 @@ func (j *job) copyFrom(i, lo, hi int) (next int) {
 			continue
 		}
 		if g.alloc != 0 {
-			if m := c.getMapping(g.alloc); m != nil {
+			if m := j.mapFor(g.alloc); m != nil {
 				j.cachedCopyHook()
-				j.curMap = m
-				done := j.copyMapped(i, m)
-				j.curMap = nil
-				c.putMapping(m)
-				if done {
+				if j.copyMapped(i, m) {
 					continue
 				}
 			}
@@ -601,7 +625,7 @@ func (j *job) copyMapped(i int, m *mapping) bool {
 		}
 		done += n
 	}
-	j.t.bytesMapped.Add(int64(r.Len))
+	j.mapped += int64(r.Len)
 	return true
 }
 

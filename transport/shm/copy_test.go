@@ -172,3 +172,48 @@ func TestPVMMergesContiguousRequests(t *testing.T) {
 	}
 	require.NoError(t, j.errs[4], "the other direction")
 }
+
+// One mapping reference serves the requests of a run into one
+// allocation, but a mapping dropped between two of them is not used for
+// the next: that request goes through process_vm, the dropped mapping is
+// unmapped once the reference is given back, and every byte lands once.
+func TestMappingDroppedMidRun(t *testing.T) {
+	const n = 8192
+	p := newGrantPair(t, core.Options{}, n)
+	r, err := p.target.Alloc(n, "", rw) // mapped
+	require.NoError(t, err)
+	base := map[string]int64{}
+	primeGrant(t, p, r, n, base)
+	mem := host.Bytes(r.Addr, n)
+	require.EqualValues(t, 1, p.tr.Stats()["mappings"])
+	before := p.tr.Stats()
+
+	var calls atomic.Int32
+	hook := func() {
+		if calls.Add(1) != 1 {
+			return
+		}
+		// Past the first request's checks: drop the mapping as a revoke
+		// would, while this copy holds its reference.
+		p.tr.mu.Lock()
+		for c := range p.tr.conns {
+			c.mu.Lock()
+			for _, m := range c.maps {
+				c.dropLocked(m)
+			}
+			c.mu.Unlock()
+		}
+		p.tr.mu.Unlock()
+		require.EqualValues(t, 1, p.tr.Stats()["mappings"], "not unmapped under the copy")
+	}
+	p.tr.hooks.inCachedCopy.Store(&hook)
+	defer p.tr.hooks.inCachedCopy.Store(nil)
+	copy(p.local, peertest.Pattern(51, n))
+	code, _, werr := run(t, p.e, writes(p, r, 2, n/2), core.TransferOptions{})
+	require.Equal(t, status.OK, code, "%v", werr)
+	require.True(t, bytes.Equal(peertest.Pattern(51, n), mem))
+	st := p.tr.Stats()
+	require.EqualValues(t, n/2, st["bytes_mapped"]-before["bytes_mapped"], "the first request through the mapping")
+	require.EqualValues(t, n/2, st["bytes_process_vm"]-before["bytes_process_vm"], "the second one not")
+	require.Zero(t, st["mappings"], "unmapped when the copy gave its reference back")
+}
