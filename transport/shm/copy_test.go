@@ -78,7 +78,7 @@ func TestSplitInto(t *testing.T) {
 func TestSplitHalfFails(t *testing.T) {
 	const (
 		n    = 128
-		blk  = 8 << 10 // 1 MiB in all: split in two halves of 64 requests
+		blk  = 16 << 10 // 2 MiB in all: split in two halves of 64 requests
 		size = n * blk
 	)
 	require.GreaterOrEqual(t, uint64(size), pvmSplitMin)

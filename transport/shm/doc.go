@@ -243,7 +243,7 @@
 // entries that are contiguous on both sides share one iovec (the kernel
 // pins pages per iovec: 128 adjacent 4 KiB requests are one pin of 128
 // pages, not 128 pins of one); when a call fails, only the requests whose
-// bytes the kernel had not copied fail. A call of 512 KiB
+// bytes the kernel had not copied fail. A call of 2 MiB
 // or more is cut in two halves of equal bytes that run on two threads
 // (when GOMAXPROCS allows): the kernel copies on the calling CPU at about
 // half of what the memory bus takes, and the other side of a same-host
