@@ -153,7 +153,9 @@
 // batch streams through the reader goroutine as before).
 // Requests submitted with core.TransferOptions.Waiting (their
 // caller waits at once, as tent_transfer_sync does) do not wake the reader
-// goroutine at all; when a caller lets go with nothing due, the reader
+// goroutine of the stream their batch's first request went to (the one
+// the caller reads; the reader goroutines of the batch's other streams
+// are woken for theirs); when a caller lets go with nothing due, the reader
 // goroutine takes the idle connection back after a millisecond, so a
 // connection that breaks while idle is still noticed. Cancel kicks a
 // caller blocked reading (its batch may be over while its reply is not

@@ -315,3 +315,50 @@ func TestHelpStress(t *testing.T) {
 	require.Positive(t, st["replies_by_reader"], "%v", st)
 	require.Zero(t, e.Stats().DuplicateCompletions)
 }
+
+// A waiting caller reads the replies of one stream (its batch's first
+// request's); a batch spread over two streams has the other one's replies
+// read by that stream's reader goroutine, woken for them, even when a
+// caller had let go of that stream with nothing due (its reader would
+// otherwise come back only after its watch, an hour here).
+func TestWaitingBatchOverTwoStreams(t *testing.T) {
+	a, ta := newEngineWith(t, core.Options{}, tcp.Options{Streams: 2})
+	ta.SetWatchDelay(time.Hour)
+	b, _ := newEngine(t, core.Options{})
+	const n = 1 << 20 // a request fills a stream's turn: the next goes to the other stream
+	src := alloc(t, a, 2*n, 0)
+	dst := alloc(t, b, 2*n, rw)
+	random(src)
+	seg, err := a.OpenSegment(b.Name())
+	require.NoError(t, err)
+	one := []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg, Remote: host.Addr(dst), Len: n}}
+	// Batches of one, alternating between the streams, until two in a row
+	// were read by their callers: both streams' readers are then away.
+	for i, inRow := 0, 0; inRow < 2; i++ {
+		require.Less(t, i, 10000, "callers never read their own replies")
+		byCaller := ta.Stats()["replies_by_caller"]
+		bt, err := a.Submit(one, core.TransferOptions{Timeout: 10 * time.Second, Waiting: true})
+		require.NoError(t, err)
+		code, err := bt.Wait(-1)
+		require.Equal(t, status.OK, code, "%v", err)
+		a.ReleaseBatch(bt)
+		if ta.Stats()["replies_by_caller"] > byCaller {
+			inRow++
+		} else {
+			inRow = 0
+		}
+	}
+	two := []core.TransferRequest{
+		{Op: core.OpWrite, Local: host.Addr(src), Segment: seg, Remote: host.Addr(dst), Len: n},
+		{Op: core.OpWrite, Local: host.Addr(src) + n, Segment: seg, Remote: host.Addr(dst) + n, Len: n},
+	}
+	byReader := ta.Stats()["replies_by_reader"]
+	bt, err := a.Submit(two, core.TransferOptions{Timeout: 10 * time.Second, Waiting: true})
+	require.NoError(t, err)
+	code, err := bt.Wait(-1)
+	a.ReleaseBatch(bt)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, src, dst)
+	require.Positive(t, ta.Stats()["replies_by_reader"]-byReader, "the second stream's reader read its reply")
+	require.EqualValues(t, 2, ta.Stats()["connections"])
+}

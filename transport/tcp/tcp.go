@@ -343,6 +343,8 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 	}
 	var p *pool
 	var touched []*pool
+	var firstPool *pool // the stream of the first chunk: the one a waiting caller reads (Help)
+	firstSlot := 0
 	next := 0
 	for i := range states {
 		s := &states[i]
@@ -372,6 +374,9 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 			}
 			p.fill += uint64(c.n)
 			p.spill[p.cur] = append(p.spill[p.cur], c)
+			if firstPool == nil {
+				firstPool, firstSlot = p, p.cur
+			}
 		}
 	}
 	var inlineBuf [4]*conn
@@ -379,7 +384,10 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 	for _, p := range touched {
 		for i, cs := range p.spill {
 			// A connection that died since connLocked looked is replaced.
-			helped := true // every caller will read its replies (Help)
+			// A caller reads the replies of one stream only (its
+			// first request's): the reader goroutines of the others
+			// are woken for theirs.
+			helped := p == firstPool && i == firstSlot // every caller will read its replies (Help)
 			for _, ch := range cs {
 				helped = helped && ch.s.r != nil && ch.s.r.CallerWaits()
 			}
