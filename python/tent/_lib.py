@@ -281,7 +281,7 @@ FUNCTIONS: Dict[str, Tuple[Any, List[Any]]] = {
 # ctypes array for a pointer) or None for NULL: a plain int would be passed
 # as a C int.
 UNTYPED = ("tent_transfer_sync", "tent_transfer_poll", "tent_batch_wait", "tent_batch_destroy",
-           "tent_transfer_columns", "tent_transfer_columns_sync")
+           "tent_transfer_columns", "tent_transfer_columns_sync", "tent_batch_status")
 
 
 class Untyped:
@@ -289,13 +289,14 @@ class Untyped:
     are UNTYPED, spelled out for the type checker)."""
 
     __slots__ = ("tent_transfer_sync", "tent_transfer_poll", "tent_batch_wait", "tent_batch_destroy",
-                 "tent_transfer_columns", "tent_transfer_columns_sync")
+                 "tent_transfer_columns", "tent_transfer_columns_sync", "tent_batch_status")
     tent_transfer_sync: Any
     tent_transfer_poll: Any
     tent_batch_wait: Any
     tent_batch_destroy: Any
     tent_transfer_columns: Any
     tent_transfer_columns_sync: Any
+    tent_batch_status: Any
 
     def __init__(self, dll: ctypes.CDLL) -> None:
         assert self.__slots__ == UNTYPED

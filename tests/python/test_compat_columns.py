@@ -329,3 +329,84 @@ def test_nixl_transfer_refused_by_the_target_raises(agents):
         assert not mem_b.any()
     finally:
         b.register_memory([(mem_b.ctypes.data, mem_b.nbytes, 0, "")], "DRAM")
+
+
+def _moved(mem_a, mem_b, lens, ids, rids):
+    return all(np.array_equal(mem_b[j * SLOT:j * SLOT + lens[i]], mem_a[i * SLOT:i * SLOT + lens[i]])
+               for i, j in zip(ids, rids))
+
+
+def test_nixl_same_ids_again_reuse_checked_columns_and_move_the_bytes(agents):
+    """make_prepped_xfer keeps the checked columns of a (lists, ids) pair:
+    made again, the transfer moves the same bytes, however the lists of
+    ids were changed meanwhile, and what was refused is still refused."""
+    from nixl._bindings import nixlInvalidParamError
+
+    a, b, mem_a, mem_b, local, remote, lens = agents
+    ids = [0, 5, 9]
+    rids = [N - 1 - i for i in ids]
+    for seed in (11, 12, 13):
+        mem_a[:] = _pattern(mem_a.size, seed)
+        mem_b[:] = 0
+        h = a.make_prepped_xfer("WRITE", local, ids, remote, rids)
+        a.transfer(h)
+        _done(a, h)
+        assert _moved(mem_a, mem_b, lens, ids, rids), seed
+        assert a.get_xfer_telemetry(h).totalBytes == sum(lens[i] for i in ids)
+        a.release_xfer_handle(h)
+    cached = a._dlists[local._handle].prepped
+    assert len(cached) == 1
+    # the same list objects, changed in place: their new ids are moved
+    ids[:] = [1, 2]
+    rids[:] = [N - 2, N - 3]
+    mem_b[:] = 0
+    h = a.make_prepped_xfer("WRITE", local, ids, remote, rids)
+    a.transfer(h)
+    _done(a, h)
+    assert _moved(mem_a, mem_b, lens, ids, rids)
+    assert not mem_b[(N - 1) * SLOT:].any(), "the cached ids were moved"
+    a.release_xfer_handle(h)
+    # equal values of another type are still refused, as before
+    before = mem_b.copy()
+    with pytest.raises(nixlInvalidParamError, match="indices must be integers"):
+        a.make_prepped_xfer("WRITE", local, [1.0, 2.0], remote, rids)
+    with pytest.raises(nixlInvalidParamError, match="descriptor pair 0"):
+        a.make_prepped_xfer("WRITE", local, ids, remote, ids)  # one list for both sides: lengths differ
+    assert np.array_equal(mem_b, before)
+    # bounded: older pairs give way
+    for k in range(40):
+        h = a.make_prepped_xfer("READ", local, [k % N], remote, [N - 1 - k % N])
+        a.release_xfer_handle(h)
+    assert len(cached) <= 16
+
+
+def test_nixl_spinning_poll_waits_for_the_data_and_raises_a_failure(agents):
+    """check_xfer_state called in a tight loop (a short bounded wait each)
+    answers DONE once the bytes are there, and raises a failed transfer's
+    NIXL error as a spaced poll does."""
+    from nixl._bindings import _nixlError
+
+    a, b, mem_a, mem_b, local, remote, lens = agents
+    ids = list(range(N))
+    rids = [N - 1 - i for i in ids]
+    for _ in range(3):
+        mem_b[:] = 0
+        h = a.make_prepped_xfer("WRITE", local, ids, remote, rids)
+        state = a.transfer(h)
+        while state != "DONE":
+            state = a.check_xfer_state(h)
+        assert _moved(mem_a, mem_b, lens, ids, rids)
+        assert a.check_xfer_state(h) == "DONE"
+        a.release_xfer_handle(h)
+    b.deregister_memory(b.get_reg_descs([(mem_b.ctypes.data, mem_b.nbytes, 0, "")], "DRAM"))
+    try:
+        mem_b[:] = 0
+        h = a.make_prepped_xfer("WRITE", local, ids, remote, rids)
+        with pytest.raises(_nixlError, match="not registered"):
+            state = a.transfer(h)
+            while state != "DONE":
+                state = a.check_xfer_state(h)
+        a.release_xfer_handle(h)
+        assert not mem_b.any()
+    finally:
+        b.register_memory([(mem_b.ctypes.data, mem_b.nbytes, 0, "")], "DRAM")

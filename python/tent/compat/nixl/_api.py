@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import array
 import base64
+import ctypes
 import enum
 import os
 import socket
@@ -39,6 +40,7 @@ import time
 from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
 
 import tent
+from tent import _lib
 
 from .. import _blob, _common
 from . import _bindings as nixlBind
@@ -77,10 +79,11 @@ _SIDE_CHANNEL_TIMEOUT_S = 5.0
 # a 8 MiB batch was handed on to a job goroutine part-way and finished
 # twice as late as with an untimed wait (20 ms: as fast).
 _SPIN_GAP_S = 0.0002
+# make_prepped_xfer's cache of checked columns, per local descriptor list.
+_PREPPED_CACHE = 16
 _SPIN_WAIT_S = 0.02
-# What a poll found (_wait_if_spinning): still running, finished with every
-# request successful, finished with the outcome still to be read.
-_RUNNING, _SUCCEEDED, _FINISHED = object(), object(), object()
+_SPIN_WAIT_MS = ctypes.c_int64(int(_SPIN_WAIT_S * 1000))  # for the untyped call; never modified
+_NO_ENTRIES = ctypes.c_size_t(0)  # never modified
 
 
 def _is_torch_tensor(obj: object) -> bool:
@@ -266,6 +269,11 @@ class _Dlist:
         self.mem = mem
         self.addrs = np.ascontiguousarray(rows[:, 0], dtype=np.uint64)
         self.lens = np.ascontiguousarray(rows[:, 1], dtype=np.uint64)
+        # make_prepped_xfer's columns by (remote list's handle, local and
+        # remote indices as int64 bytes): checked once, read-only, shared by
+        # every transfer made of the same pair (a client that moves the
+        # same blocks again and again). At most _PREPPED_CACHE, oldest out.
+        self.prepped: Dict[Tuple[int, bytes, bytes], Any] = {}
 
 
 class _Xfer:
@@ -285,6 +293,17 @@ class _Xfer:
         self.xfer_us = 0
         self.finished = False
         self.polled = 0.0  # time.monotonic() of the last "PROC" answer
+
+
+def _index_key(values: Any) -> Optional[bytes]:
+    """Indices given as a list, as int64 bytes (the key of a _Dlist's
+    prepped cache); None for any other type, or a list _indices refuses."""
+    if type(values) is not list:
+        return None
+    try:
+        return array.array("q", values).tobytes()
+    except (TypeError, OverflowError):
+        return None
 
 
 def _indices(np: Any, values: Any) -> Any:
@@ -931,7 +950,8 @@ class nixl_agent:  # noqa: N801
         import numpy as np
 
         op = self._op(operation)
-        self._check_backends(backends)
+        if backends is not None:
+            self._check_backends(backends)
         with self._lock:
             ld = self._dlists.get(local_xfer_side._handle)
             rd = self._dlists.get(remote_xfer_side._handle)
@@ -942,6 +962,13 @@ class nixl_agent:  # noqa: N801
                                             "the remote side with the remote (or this) agent's name")
             remote = rd.agent
             self._peer(remote)
+        lkey = _index_key(local_indices)
+        rkey = lkey if remote_indices is local_indices else _index_key(remote_indices)
+        key = (remote_xfer_side._handle, lkey, rkey) if lkey is not None and rkey is not None else None
+        if key is not None:
+            cols = ld.prepped.get(key)
+            if cols is not None:
+                return self._new_xfer(op, remote, cols, None, notif_msg)
         li, ri = _indices(np, local_indices), _indices(np, remote_indices)
         if li.shape != ri.shape:
             raise nixlInvalidParamError(f"make_prepped_xfer: {li.shape[0]} local and {ri.shape[0]} remote indices")
@@ -962,7 +989,14 @@ class nixl_agent:  # noqa: N801
         except IndexError:
             raise nixlInvalidParamError(f"make_prepped_xfer: an index is outside its list of {ld.rows.shape[0]} "
                                         f"local / {rd.rows.shape[0]} remote descriptors") from None
-        return self._new_xfer(op, remote, cols, rlens, notif_msg)
+        handle = self._new_xfer(op, remote, cols, rlens, notif_msg)  # checks the lengths
+        if key is not None:
+            cols.flags.writeable = False  # shared from now on
+            with self._lock:
+                if len(ld.prepped) >= _PREPPED_CACHE:
+                    del ld.prepped[next(iter(ld.prepped))]
+                ld.prepped[key] = cols
+        return handle
 
     def initialize_xfer(self, operation: str, local_descs: nixlXferDList, remote_descs: nixlXferDList,
                         remote_agent: str, notif_msg: Union[bytes, str] = b"",
@@ -1002,8 +1036,9 @@ class nixl_agent:  # noqa: N801
 
     def _new_xfer(self, op: str, remote: str, cols: Any, rlens: Any, notif: Any) -> nixl_xfer_handle:
         """A transfer of cols (3 x n: local addresses, remote addresses,
-        local lengths), whose remote descriptors' lengths are rlens."""
-        if (cols[2] != rlens).any():
+        local lengths), whose remote descriptors' lengths are rlens (None:
+        checked already)."""
+        if rlens is not None and (cols[2] != rlens).any():
             i = int((cols[2] != rlens).argmax())
             raise nixlInvalidParamError(f"descriptor pair {i}: local length {int(cols[2, i])} != remote length "
                                         f"{int(rlens[i])}")
@@ -1047,52 +1082,53 @@ class nixl_agent:  # noqa: N801
     def check_xfer_state(self, handle: nixl_xfer_handle) -> str:
         """"PROC" while running, "DONE" once all data arrived; a failed
         transfer raises its NIXL error (nixlRemoteDisconnectError when the
-        peer went away, ...) with tent's message."""
+        peer went away, ...) with tent's message.
+
+        A client polling in a tight loop (again within _SPIN_GAP_S) is
+        answered by a short blocking wait instead (at most _SPIN_WAIT_S),
+        which returns the moment the batch finishes: the same answer,
+        without a core spent spinning that tent's copies need, and the
+        polling thread is lent to the transport (shm copies on it). Polls
+        spaced further apart (a scheduler's step) never block."""
         x = self._xfer(handle)
-        if x.batch is None:
+        batch = x.batch
+        if batch is None:
             raise nixlNotPostedError("the transfer was not posted")
         if x.finished:
             return "DONE"
-        try:
-            state = _FINISHED if x.batch.done else self._wait_if_spinning(x)
-            if state is _RUNNING:
-                return "PROC"
-            if state is _FINISHED:
-                x.batch.wait(0)  # raises a failed request's error
-        except Exception as exc:  # noqa: BLE001
-            x.finished = True
-            x.xfer_us = time.time_ns() // 1000 - x.start_us
-            raise nixl_error(exc, f"transfer to {x.remote!r}") from None
-        x.finished = True
-        x.xfer_us = time.time_ns() // 1000 - x.start_us
-        return "DONE"
-
-    @staticmethod
-    def _wait_if_spinning(x: _Xfer) -> object:
-        """Whether x, not finished when polled, is now: _RUNNING,
-        _SUCCEEDED or _FINISHED (its outcome still to be read). A client
-        polling in a tight loop (again within _SPIN_GAP_S) is answered by a
-        short blocking wait instead, which returns the moment the batch
-        finishes: the same answer, without a core spent spinning that tent's
-        copies need. Polls spaced further apart (a scheduler's step) never
-        block."""
-        batch = x.batch
-        assert batch is not None  # posted: check_xfer_state checked
         now = time.monotonic()
         spinning = now - x.polled < _SPIN_GAP_S
         x.polled = now
-        if not spinning:
-            return _RUNNING
+        engine = self._engine
+        if engine._handle is not None and batch._handle is not None:
+            # One call into the library answers the common cases: done,
+            # or still running when merely polled.
+            if spinning:
+                st = engine._fast.tent_batch_wait(batch._handle_arg, _SPIN_WAIT_MS)
+            else:
+                st = engine._fast.tent_batch_status(batch._handle_arg, None, _NO_ENTRIES, None)
+            if st == _lib.TENT_OK:
+                return self._finished(x)
+            if st == _lib.TENT_PENDING:
+                return "PROC"
+            if st == _lib.TENT_ERR_TIMEOUT and spinning:
+                # still running when the wait ended, or finished with a
+                # request that timed out: the batch tells which
+                x.polled = time.monotonic()
         try:
-            batch.wait(_SPIN_WAIT_S)
-        except tent.Timeout:
-            # Still running then, or finished just after (perhaps a request
-            # that timed out): the caller's wait(0) gives the outcome.
-            x.polled = time.monotonic()
-            return _FINISHED if batch.done else _RUNNING
-        except Exception:  # noqa: BLE001 - a failed request: the caller's wait(0) raises it
-            return _FINISHED
-        return _SUCCEEDED
+            if not batch.done:
+                return "PROC"
+            batch.wait(0)  # raises a failed request's error (or the call's)
+        except Exception as exc:  # noqa: BLE001
+            self._finished(x)
+            raise nixl_error(exc, f"transfer to {x.remote!r}") from None
+        return self._finished(x)
+
+    @staticmethod
+    def _finished(x: _Xfer) -> str:
+        x.finished = True
+        x.xfer_us = time.time_ns() // 1000 - x.start_us
+        return "DONE"
 
     def get_xfer_telemetry(self, handle: nixl_xfer_handle) -> nixlXferTelemetry:
         """startTime, postDuration, xferDuration (microseconds), totalBytes,
