@@ -73,7 +73,12 @@
 // Engine.Acquire(address, n, AccessRemoteWrite or AccessRemoteRead) for
 // every request, which checks that the range lies within one registered
 // region that grants the permission, and pins the region (unregistering
-// waits) while its memory is read or written. A peer with a stale or
+// waits) while its memory is read or written. A host region stays pinned
+// until the replies collected with it are written (at most 512 requests
+// or 2 MiB of replies, and never while the handler waits for the next
+// request), and the next requests are checked against it first: a run of
+// requests into one region takes one Acquire, not one each; unregistering
+// it waits for that write. A peer with a stale or
 // forged descriptor gets NotRegistered, OutOfRange or PermissionDenied in
 // the reply and nothing is touched. A refused WRITE's payload is still
 // read, into the connection's receive buffer, and dropped, so the stream
@@ -166,7 +171,7 @@
 // it serves requests in order and writes the collected replies (one
 // writev, READ payloads straight from registered memory, which stays
 // acquired until then) when a non-blocking read finds no further request,
-// or 2 MiB or 512 pieces have piled up. Parallelism comes from the
+// or 2 MiB, 512 payloads or 512 replies have piled up. Parallelism comes from the
 // streams.
 //
 // # Deadlines, faults, cancel

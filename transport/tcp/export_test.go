@@ -24,6 +24,34 @@ func (t *Transport) Raw(addr string, incarnation uint64, op core.Op, local, remo
 	return <-states[0].raw
 }
 
+// RawReq is one request of RawBatch.
+type RawReq struct {
+	Op               core.Op
+	Local, Remote, N uint64
+}
+
+// RawBatch is Raw for several requests submitted together (so they go
+// out on one stream, in order, when small), returning each one's outcome.
+func (t *Transport) RawBatch(addr string, incarnation uint64, reqs []RawReq, timeout time.Duration) []error {
+	states := make([]reqState, len(reqs))
+	for i, r := range reqs {
+		o := opWrite
+		if r.Op == core.OpRead {
+			o = opRead
+		}
+		states[i] = reqState{t: t, raw: make(chan error, 1), op: o, local: r.Local, remote: r.Remote, n: r.N,
+			deadline: time.Now().Add(timeout)}
+		states[i].prepare(false)
+	}
+	t.inflight.Add(int64(len(states)))
+	t.start(states, func(int) (peerKey, string) { return peerKey{addr: addr, incarnation: incarnation}, "" })
+	errs := make([]error, len(states))
+	for i := range states {
+		errs[i] = <-states[i].raw
+	}
+	return errs
+}
+
 // ResetServerConns closes the connections this transport serves, as a
 // network reset would.
 func (t *Transport) ResetServerConns() int {

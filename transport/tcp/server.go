@@ -15,7 +15,7 @@ import (
 
 const (
 	// flushBytes and flushPieces bound the replies (and the regions held
-	// for READ payloads) collected before they are written.
+	// for them) collected before they are written.
 	flushBytes  = 2 << 20
 	flushPieces = 512
 )
@@ -73,9 +73,11 @@ type server struct {
 	rd    *bufReader
 	stall time.Duration // how long a peer may stall inside a request or a reply
 
-	iov   iovec
-	held  []*core.Region // acquired for READ payloads in iov
-	stage []byte         // host buffer for GPU regions (mmap), grown on demand
+	iov     iovec
+	held    []*core.Region // acquired for the requests whose replies are in iov
+	cur     *core.Region   // the last of held: the next request is likely in it too
+	replies int            // replies in iov
+	stage   []byte         // host buffer for GPU regions (mmap), grown on demand
 }
 
 type serverSource struct{ s *server }
@@ -130,7 +132,7 @@ func (s *server) run() error {
 				return err
 			}
 		}
-		if s.iov.bytes >= flushBytes || len(s.iov.pays) >= flushPieces {
+		if s.iov.bytes >= flushBytes || len(s.iov.pays) >= flushPieces || s.replies >= flushPieces {
 			if err := s.flush(); err != nil {
 				return err
 			}
@@ -143,7 +145,7 @@ func (s *server) run() error {
 // refuses, into scratch.
 func (s *server) write(h reqHeader) error {
 	n := int(h.n)
-	region, aerr := s.e.Acquire(h.addr, uint64(h.n), core.AccessRemoteWrite)
+	region, held, aerr := s.acquire(h, core.AccessRemoteWrite)
 	if s.rd.buffered() < n {
 		_ = s.nc.SetReadDeadline(time.Now().Add(s.stall))
 		defer s.nc.SetReadDeadline(time.Time{})
@@ -165,7 +167,9 @@ func (s *server) write(h reqHeader) error {
 	}
 	if stage == nil {
 		err := s.rd.readInto(host.Bytes(h.addr, uint64(h.n)))
-		s.e.Release(region)
+		if !held {
+			s.e.Release(region)
+		}
 		if err != nil {
 			return err
 		}
@@ -193,14 +197,13 @@ func (s *server) write(h reqHeader) error {
 // staging buffer and sent at once (with what was collected before it), so
 // the buffer is free for the next.
 func (s *server) read(h reqHeader) error {
-	region, aerr := s.e.Acquire(h.addr, uint64(h.n), core.AccessRemoteRead)
+	region, held, aerr := s.acquire(h, core.AccessRemoteRead)
 	if aerr != nil {
 		s.t.rejected.Add(1)
 		s.reply(h, aerr, nil, 0)
 		return nil
 	}
-	if !region.Loc.IsCUDA() {
-		s.held = append(s.held, region)
+	if held {
 		s.reply(h, nil, host.Bytes(h.addr, uint64(h.n)), 0)
 		return nil
 	}
@@ -217,6 +220,34 @@ func (s *server) read(h reqHeader) error {
 	s.t.staged.Add(int64(h.n))
 	s.reply(h, nil, stage, replyStaged)
 	return s.flush()
+}
+
+// acquire checks a request against the engine's registrations and pins
+// its region. A host region stays pinned (held) until the stream's replies
+// are written, and the next requests that lie inside it with the access
+// it grants take no further Acquire: the engine's lock, its index and an
+// atomic after each copy (which waits for the copy's stores) per request
+// are then one per run. Unregistering the region waits for that write, as
+// it waits for a READ payload in it. GPU regions are pinned per request
+// (held is false): the caller releases them.
+func (s *server) acquire(h reqHeader, access core.Access) (r *core.Region, held bool, err error) {
+	if r := s.cur; r != nil && r.Contains(h.addr, uint64(h.n)) && grants(r, access) {
+		return r, true, nil
+	}
+	r, err = s.e.Acquire(h.addr, uint64(h.n), access)
+	if err != nil || r.Loc.IsCUDA() {
+		return r, false, err
+	}
+	s.held = append(s.held, r)
+	s.cur = r
+	return r, true, nil
+}
+
+func grants(r *core.Region, access core.Access) bool {
+	if access == core.AccessRemoteRead {
+		return r.Perm&core.PermRemoteRead != 0
+	}
+	return r.Perm&core.PermRemoteWrite != 0
 }
 
 // stageBuf returns the connection's staging buffer, at least n bytes,
@@ -256,6 +287,7 @@ func (s *server) reply(h reqHeader, err error, payload []byte, flags uint8) {
 		}
 		flags = 0
 	}
+	s.replies++
 	b := s.iov.header(replyHeaderSize + len(msg))
 	putReplyHeader(b, replyHeader{op: h.op, flags: flags, msgLen: uint16(len(msg)), code: status.CodeOf(err), id: h.id, n: uint32(len(payload))})
 	copy(b[replyHeaderSize:], msg)
@@ -269,11 +301,13 @@ func (s *server) flush() error {
 	n, err := s.iov.writeTo(s.nc)
 	s.t.sent.Add(n)
 	s.iov.reset()
+	s.replies = 0
 	s.releaseHeld()
 	return err
 }
 
 func (s *server) releaseHeld() {
+	s.cur = nil
 	for i, r := range s.held {
 		s.e.Release(r)
 		s.held[i] = nil
