@@ -273,7 +273,7 @@ class _Dlist:
         # remote indices as int64 bytes): checked once, read-only, shared by
         # every transfer made of the same pair (a client that moves the
         # same blocks again and again). At most _PREPPED_CACHE, oldest out.
-        self.prepped: Dict[Tuple[int, bytes, bytes], Any] = {}
+        self.prepped: Dict[Tuple[int, bytes, bytes], Tuple[Any, int]] = {}  # (columns, their address)
 
 
 class _Xfer:
@@ -281,11 +281,14 @@ class _Xfer:
     lengths; checked when made, a C-contiguous 3 x n array at addr, which
     every post hands to tent as they are) and, once posted, its tent batch."""
 
-    def __init__(self, op: str, remote: str, cols: Any, notif: bytes) -> None:
+    __slots__ = ("op", "remote", "cols", "addr", "notif", "batch", "start_us", "post_us", "xfer_us", "finished",
+                 "polled")
+
+    def __init__(self, op: str, remote: str, cols: Any, addr: int, notif: bytes) -> None:
         self.op = op
         self.remote = remote
         self.cols = cols
-        self.addr = int(cols.ctypes.data)
+        self.addr = addr
         self.notif = notif
         self.batch: Optional[tent.Batch] = None
         self.start_us = 0
@@ -966,9 +969,9 @@ class nixl_agent:  # noqa: N801
         rkey = lkey if remote_indices is local_indices else _index_key(remote_indices)
         key = (remote_xfer_side._handle, lkey, rkey) if lkey is not None and rkey is not None else None
         if key is not None:
-            cols = ld.prepped.get(key)
-            if cols is not None:
-                return self._new_xfer(op, remote, cols, None, notif_msg)
+            hit = ld.prepped.get(key)
+            if hit is not None:
+                return self._new_xfer(op, remote, hit[0], None, notif_msg, hit[1])
         li, ri = _indices(np, local_indices), _indices(np, remote_indices)
         if li.shape != ri.shape:
             raise nixlInvalidParamError(f"make_prepped_xfer: {li.shape[0]} local and {ri.shape[0]} remote indices")
@@ -989,13 +992,14 @@ class nixl_agent:  # noqa: N801
         except IndexError:
             raise nixlInvalidParamError(f"make_prepped_xfer: an index is outside its list of {ld.rows.shape[0]} "
                                         f"local / {rd.rows.shape[0]} remote descriptors") from None
-        handle = self._new_xfer(op, remote, cols, rlens, notif_msg)  # checks the lengths
+        addr = int(cols.ctypes.data)
+        handle = self._new_xfer(op, remote, cols, rlens, notif_msg, addr)  # checks the lengths
         if key is not None:
             cols.flags.writeable = False  # shared from now on
             with self._lock:
                 if len(ld.prepped) >= _PREPPED_CACHE:
                     del ld.prepped[next(iter(ld.prepped))]
-                ld.prepped[key] = cols
+                ld.prepped[key] = (cols, addr)
         return handle
 
     def initialize_xfer(self, operation: str, local_descs: nixlXferDList, remote_descs: nixlXferDList,
@@ -1034,7 +1038,8 @@ class nixl_agent:  # noqa: N801
         except (KeyError, TypeError):
             raise KeyError(operation) from None
 
-    def _new_xfer(self, op: str, remote: str, cols: Any, rlens: Any, notif: Any) -> nixl_xfer_handle:
+    def _new_xfer(self, op: str, remote: str, cols: Any, rlens: Any, notif: Any,
+                  addr: Optional[int] = None) -> nixl_xfer_handle:
         """A transfer of cols (3 x n: local addresses, remote addresses,
         local lengths), whose remote descriptors' lengths are rlens (None:
         checked already)."""
@@ -1042,7 +1047,8 @@ class nixl_agent:  # noqa: N801
             i = int((cols[2] != rlens).argmax())
             raise nixlInvalidParamError(f"descriptor pair {i}: local length {int(cols[2, i])} != remote length "
                                         f"{int(rlens[i])}")
-        x = _Xfer(op, remote, cols, _common.as_bytes(notif or b""))
+        x = _Xfer(op, remote, cols, int(cols.ctypes.data) if addr is None else addr,
+                  _common.as_bytes(notif) if notif else b"")
         with self._lock:
             h = self._next()
             self._xfers[h] = x
