@@ -193,6 +193,7 @@ def _uint_column(np: Any, values: Any) -> Any:
 
 _OPCODE_ARGS = {"read": ctypes.c_uint32(tent.READ), "write": ctypes.c_uint32(tent.WRITE)}  # never modified
 _NO_OPTS = (None, None)
+NO_OPTS = _NO_OPTS  # transfer_options() of no notify and no transport
 
 
 def transfer_options(engine: tent.Engine, notify: Optional[bytes], transport: Optional[str]) -> Tuple[Any, Any]:

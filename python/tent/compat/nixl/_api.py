@@ -955,6 +955,9 @@ class nixl_agent:  # noqa: N801
         op = self._op(operation)
         if backends is not None:
             self._check_backends(backends)
+        lkey = _index_key(local_indices)
+        rkey = lkey if remote_indices is local_indices else _index_key(remote_indices)
+        key = (remote_xfer_side._handle, lkey, rkey) if lkey is not None and rkey is not None else None
         with self._lock:
             ld = self._dlists.get(local_xfer_side._handle)
             rd = self._dlists.get(remote_xfer_side._handle)
@@ -964,14 +967,16 @@ class nixl_agent:  # noqa: N801
                 raise nixlInvalidParamError("make_prepped_xfer: local side must be prepared with NIXL_INIT_AGENT, "
                                             "the remote side with the remote (or this) agent's name")
             remote = rd.agent
-            self._peer(remote)
-        lkey = _index_key(local_indices)
-        rkey = lkey if remote_indices is local_indices else _index_key(remote_indices)
-        key = (remote_xfer_side._handle, lkey, rkey) if lkey is not None and rkey is not None else None
-        if key is not None:
-            hit = ld.prepped.get(key)
+            if remote not in self._remotes:
+                self._peer(remote)  # raises unless it is this agent
+            hit = ld.prepped.get(key) if key is not None else None
             if hit is not None:
-                return self._new_xfer(op, remote, hit[0], None, notif_msg, hit[1])
+                # checked when first made: registered at once, in this lock
+                x = _Xfer(op, remote, hit[0], hit[1], _common.as_bytes(notif_msg) if notif_msg else b"")
+                self._handles += 1
+                h = self._handles
+                self._xfers[h] = x
+                return nixl_xfer_handle(self, h)
         li, ri = _indices(np, local_indices), _indices(np, remote_indices)
         if li.shape != ri.shape:
             raise nixlInvalidParamError(f"make_prepped_xfer: {li.shape[0]} local and {ri.shape[0]} remote indices")
@@ -1073,10 +1078,13 @@ class nixl_agent:  # noqa: N801
         msg = _common.as_bytes(notif_msg) if notif_msg else x.notif
         t0 = time.time_ns()
         try:
-            seg = self._peer_segment(x.remote)
-            notify = _common.envelope(_common.KIND_USER, self.name, msg) if msg else None
-            x.batch = _common.transfer_columns(self._engine, x.op, seg, x.cols, x.addr,
-                                               _common.transfer_options(self._engine, notify, None))
+            r = self._remotes.get(x.remote)
+            seg = r.segment if r is not None else None
+            if seg is None or seg.closed:
+                seg = self._peer_segment(x.remote)  # connects (or this agent's own segment)
+            opts = (_common.transfer_options(self._engine, _common.envelope(_common.KIND_USER, self.name, msg), None)
+                    if msg else _common.NO_OPTS)
+            x.batch = _common.transfer_columns(self._engine, x.op, seg, x.cols, x.addr, opts)
         except nixlBind._nixlError:
             raise
         except Exception as exc:  # noqa: BLE001
