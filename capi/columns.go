@@ -8,7 +8,6 @@ import "C"
 import (
 	"runtime/debug"
 
-	"github.com/tent-dev/tent/capi/internal/handles"
 	"github.com/tent-dev/tent/core"
 	"github.com/tent-dev/tent/status"
 )
@@ -86,46 +85,10 @@ func tentgo_transfer_columns(id C.uint64_t, opcode C.uint32_t, sid C.uint64_t, l
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	c := columns{opcode: opcode, segment: sid, local: uintptr(local), remote: uintptr(remote),
 		lengths: uintptr(lengths), n: n}
-	b, err := startColumns(id, c, uintptr(opts), uintptr(out))
-	if err != nil {
-		if errOut := requireOut(uintptr(out), 8, "batch_out"); errOut == nil {
-			// NULL tells the caller that nothing was submitted (tent.h).
-			_ = writeValue(uintptr(out), C.uint64_t(0), "batch_out")
-		}
-		return fail(err)
-	}
-	// The batch is the caller's now, whatever its requests' outcome.
-	code, _, berr := b.Status(nil)
-	return outcome(code, berr)
-}
-
-// startColumns submits the columns and writes the new batch's handle to
-// out. On an error no batch exists and out is not written.
-func startColumns(id C.uint64_t, c columns, opts, out uintptr) (*core.Batch, error) {
-	e, err := lookupEngine(id)
-	if err != nil {
-		return nil, err
-	}
-	if err := requireOut(out, 8, "batch_out"); err != nil {
-		return nil, err
-	}
-	b, err := c.submit(e, opts, false)
-	if err != nil {
-		return nil, err
-	}
-	bid, err := e.addChild(handles.Batch, &batch{e: e, b: b})
-	if err != nil {
-		b.Cancel()
-		e.core.ReleaseBatch(b)
-		return nil, err
-	}
-	if err := writeValue(out, C.uint64_t(bid), "batch_out"); err != nil {
-		if _, rerr := lib.handles.Remove(handles.Batch, bid); rerr == nil {
-			_ = release(e, b)
-		}
-		return nil, err
-	}
-	return b, nil
+	b, err := startBatch(id, uintptr(out), func(e *engine) (*core.Batch, error) {
+		return c.submit(e, uintptr(opts), false)
+	})
+	return pollOutcome(b, err, uintptr(out))
 }
 
 //export tentgo_transfer_columns_sync
@@ -148,18 +111,5 @@ func tentgo_transfer_columns_sync(id C.uint64_t, opcode C.uint32_t, sid C.uint64
 	if err != nil {
 		return fail(err)
 	}
-	code, werr := b.Wait(-1) // at once: the Waiting promise
-	var cerr error
-	if out != 0 {
-		_, _, cerr = copyStatuses(b, uintptr(out), n, 0)
-	}
-	// A transport still holding the requests past their deadline matters
-	// more than the deadline itself: the caller must not free the buffers.
-	if rerr := release(e, b); rerr != nil {
-		return fail(rerr)
-	}
-	if cerr != nil {
-		return fail(cerr)
-	}
-	return outcome(code, werr)
+	return finishSync(e, b, uintptr(out), n)
 }

@@ -278,10 +278,17 @@ func tentgo_transfer_poll(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts 
 	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
 	b, err := startTransfer(id, requests, n, opts, out)
+	return pollOutcome(b, err, uintptr(out))
+}
+
+// pollOutcome is the return of a submit that also reports the batch's
+// state (tent_transfer_poll, tent_transfer_columns): on a failed submit,
+// batch_out is set to NULL where it can be written.
+func pollOutcome(b *core.Batch, err error, out uintptr) C.tent_status {
 	if err != nil {
-		if errOut := requireOut(uintptr(out), 8, "batch_out"); errOut == nil {
+		if errOut := requireOut(out, 8, "batch_out"); errOut == nil {
 			// NULL tells the caller that nothing was submitted (tent.h).
-			_ = writeValue(uintptr(out), C.uint64_t(0), "batch_out")
+			_ = writeValue(out, C.uint64_t(0), "batch_out")
 		}
 		return fail(err)
 	}
@@ -294,14 +301,23 @@ func tentgo_transfer_poll(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts 
 // out: the body of tent_transfer and tent_transfer_poll. On an error no
 // batch exists and out is not written.
 func startTransfer(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintptr_t, out C.uintptr_t) (*core.Batch, error) {
+	return startBatch(id, uintptr(out), func(e *engine) (*core.Batch, error) {
+		return submit(e, uintptr(requests), n, uintptr(opts), false)
+	})
+}
+
+// startBatch makes the batch that submit returns a handle of engine id and
+// writes the handle to out. On an error no batch exists and out is not
+// written.
+func startBatch(id C.uint64_t, out uintptr, submit func(*engine) (*core.Batch, error)) (*core.Batch, error) {
 	e, err := lookupEngine(id)
 	if err != nil {
 		return nil, err
 	}
-	if err := requireOut(uintptr(out), 8, "batch_out"); err != nil {
+	if err := requireOut(out, 8, "batch_out"); err != nil {
 		return nil, err
 	}
-	b, err := submit(e, uintptr(requests), n, uintptr(opts), false)
+	b, err := submit(e)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +327,7 @@ func startTransfer(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintp
 		e.core.ReleaseBatch(b)
 		return nil, err
 	}
-	if err := writeValue(uintptr(out), C.uint64_t(bid), "batch_out"); err != nil {
+	if err := writeValue(out, C.uint64_t(bid), "batch_out"); err != nil {
 		if _, rerr := lib.handles.Remove(handles.Batch, bid); rerr == nil {
 			_ = release(e, b)
 		}
@@ -453,10 +469,16 @@ func tentgo_transfer_sync(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts 
 	if err != nil {
 		return fail(err)
 	}
+	return finishSync(e, b, uintptr(out), n)
+}
+
+// finishSync waits for the Waiting batch b of a synchronous transfer,
+// writes its n statuses to out (if not NULL) and releases it.
+func finishSync(e *engine, b *core.Batch, out uintptr, n C.size_t) C.tent_status {
 	code, werr := b.Wait(-1) // at once: the Waiting promise
 	var cerr error
 	if out != 0 {
-		_, _, cerr = copyStatuses(b, uintptr(out), n, 0)
+		_, _, cerr = copyStatuses(b, out, n, 0)
 	}
 	// A transport still holding the requests past their deadline matters
 	// more than the deadline itself: the caller must not free the buffers.
