@@ -410,3 +410,91 @@ def test_nixl_spinning_poll_waits_for_the_data_and_raises_a_failure(agents):
         assert not mem_b.any()
     finally:
         b.register_memory([(mem_b.ctypes.data, mem_b.nbytes, 0, "")], "DRAM")
+
+
+@pytest.fixture
+def no_spin_wait(monkeypatch):
+    monkeypatch.setenv("TENT_COMPAT_SPIN_WAIT_MS", "0")
+
+
+def _spin_loop_waits(a, local, remote, lens, mem_a, mem_b, monkeypatch):
+    """Runs tight check_xfer_state loops with the library's first status
+    polls of each transfer answered PENDING (as for a transfer still
+    running), so every loop polls again at once; returns how often the
+    agent then called the library's wait."""
+    import time
+
+    from nixl import _api as nixl_api
+    from tent import _lib
+
+    engine = a.tent_engine
+    count = {"waits": 0, "pending": 0}
+
+    class Spy:
+        def __init__(self, fast):
+            self._f = fast
+
+        def __getattr__(self, name):
+            fn = getattr(self._f, name)
+            if name == "tent_batch_wait":
+                def wait(*args):
+                    count["waits"] += 1
+                    return fn(*args)
+                return wait
+            if name == "tent_batch_status":
+                def status(*args):
+                    if count["pending"] < 3:
+                        count["pending"] += 1
+                        return _lib.TENT_PENDING
+                    return fn(*args)
+                return status
+            return fn
+
+    class Clock:
+        """time for the agent, its monotonic clock stopped: every poll
+        comes "at once" after the one before, whatever the machine's load."""
+        def __getattr__(self, name):
+            return getattr(time, name)
+
+        @staticmethod
+        def monotonic():
+            return 1000.0
+
+    monkeypatch.setattr(engine, "_fast", Spy(engine._fast))
+    monkeypatch.setattr(nixl_api, "time", Clock())
+    ids = list(range(N))
+    rids = [N - 1 - i for i in ids]
+    for _ in range(5):
+        mem_b[:] = 0
+        count["pending"] = 0
+        h = a.make_prepped_xfer("WRITE", local, ids, remote, rids)
+        state = a.transfer(h)
+        while state != "DONE":
+            state = a.check_xfer_state(h)
+        assert _moved(mem_a, mem_b, lens, ids, rids)
+        a.release_xfer_handle(h)
+    return count["waits"]
+
+
+def test_nixl_spin_loop_waits_in_the_library(agents, monkeypatch):
+    """By default a poll that comes again at once is answered by the
+    library's bounded wait."""
+    a, b, mem_a, mem_b, local, remote, lens = agents
+    assert _spin_loop_waits(a, local, remote, lens, mem_a, mem_b, monkeypatch) > 0
+
+
+def test_nixl_spin_wait_off_never_blocks_a_poll(no_spin_wait, agents, monkeypatch):
+    """With TENT_COMPAT_SPIN_WAIT_MS=0 (read when the agent is made) a
+    tight check_xfer_state loop only ever polls: the library's wait is
+    never called, and the data still arrives."""
+    a, b, mem_a, mem_b, local, remote, lens = agents
+    assert _spin_loop_waits(a, local, remote, lens, mem_a, mem_b, monkeypatch) == 0
+
+
+@pytest.mark.parametrize("value", ["-1", "1001", "2.5", "soon"])
+def test_nixl_spin_wait_refuses_a_bad_value(monkeypatch, value):
+    from nixl._api import nixl_agent, nixl_agent_config
+
+    monkeypatch.setenv("TENT_COMPAT_SPIN_WAIT_MS", value)
+    with pytest.raises(ValueError, match="TENT_COMPAT_SPIN_WAIT_MS"):
+        nixl_agent("bad-wait", nixl_agent_config(backends=["UCX"]))

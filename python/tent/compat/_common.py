@@ -68,6 +68,21 @@ def timeout() -> Optional[float]:
     return None
 
 
+def spin_wait_ms(default: int) -> int:
+    """TENT_COMPAT_SPIN_WAIT_MS: how long NIXL's check_xfer_state may wait
+    for a client that polls it in a tight loop (0: it never waits)."""
+    v = os.environ.get("TENT_COMPAT_SPIN_WAIT_MS")
+    if not v:
+        return default
+    try:
+        ms = int(v)
+    except ValueError:
+        raise ValueError(f"TENT_COMPAT_SPIN_WAIT_MS={v!r} is not a whole number of milliseconds") from None
+    if not 0 <= ms <= 1000:
+        raise ValueError(f"TENT_COMPAT_SPIN_WAIT_MS={v!r} is not between 0 and 1000")
+    return ms
+
+
 # ---- the notification envelope -----------------------------------------------
 #
 # Mooncake's notifies carry a name the sender chose, NIXL's the sending

@@ -73,7 +73,7 @@ _OPS = {"WRITE": "write", "READ": "read"}
 _MAX_FRAME = 16 << 20
 _SIDE_CHANNEL_TIMEOUT_S = 5.0
 # check_xfer_state: polls closer together than this are a spinning client,
-# answered by a blocking wait of at most _SPIN_WAIT_S. The wait ends the
+# answered by a blocking wait of at most _SPIN_WAIT_MS. The wait ends the
 # moment the transfer does; its bound matters because a waiter copies on
 # its own thread (shm) only what it can finish before the bound: at 1 ms,
 # a 8 MiB batch was handed on to a job goroutine part-way and finished
@@ -81,8 +81,7 @@ _SIDE_CHANNEL_TIMEOUT_S = 5.0
 _SPIN_GAP_S = 0.0002
 # make_prepped_xfer's cache of checked columns, per local descriptor list.
 _PREPPED_CACHE = 16
-_SPIN_WAIT_S = 0.02
-_SPIN_WAIT_MS = ctypes.c_int64(int(_SPIN_WAIT_S * 1000))  # for the untyped call; never modified
+_SPIN_WAIT_MS = 20  # the default; TENT_COMPAT_SPIN_WAIT_MS (0: never wait)
 _NO_ENTRIES = ctypes.c_size_t(0)  # never modified
 
 
@@ -352,6 +351,9 @@ class nixl_agent:  # noqa: N801
         self._conf = conf
         self._lock = threading.RLock()
         self._secret = _common.secret()
+        wait_ms = _common.spin_wait_ms(_SPIN_WAIT_MS)
+        # for the untyped call; never modified
+        self._spin_wait: Optional[ctypes.c_int64] = ctypes.c_int64(wait_ms) if wait_ms else None
         self._leaked_xfer_handles: List[int] = []
         self.notifs: Dict[str, List[bytes]] = {}
         self.backends: Dict[str, int] = {}
@@ -1099,7 +1101,8 @@ class nixl_agent:  # noqa: N801
         peer went away, ...) with tent's message.
 
         A client polling in a tight loop (again within _SPIN_GAP_S) is
-        answered by a short blocking wait instead (at most _SPIN_WAIT_S),
+        answered by a short blocking wait instead (at most _SPIN_WAIT_MS, or
+        TENT_COMPAT_SPIN_WAIT_MS; 0 turns it off),
         which returns the moment the batch finishes: the same answer,
         without a core spent spinning that tent's copies need, and the
         polling thread is lent to the transport (shm copies on it). Polls
@@ -1111,14 +1114,14 @@ class nixl_agent:  # noqa: N801
         if x.finished:
             return "DONE"
         now = time.monotonic()
-        spinning = now - x.polled < _SPIN_GAP_S
+        spinning = self._spin_wait is not None and now - x.polled < _SPIN_GAP_S
         x.polled = now
         engine = self._engine
         if engine._handle is not None and batch._handle is not None:
             # One call into the library answers the common cases: done,
             # or still running when merely polled.
             if spinning:
-                st = engine._fast.tent_batch_wait(batch._handle_arg, _SPIN_WAIT_MS)
+                st = engine._fast.tent_batch_wait(batch._handle_arg, self._spin_wait)
             else:
                 st = engine._fast.tent_batch_status(batch._handle_arg, None, _NO_ENTRIES, None)
             if st == _lib.TENT_OK:
