@@ -95,21 +95,9 @@ func tentgo_transfer_columns(id C.uint64_t, opcode C.uint32_t, sid C.uint64_t, l
 func tentgo_transfer_columns_sync(id C.uint64_t, opcode C.uint32_t, sid C.uint64_t, local, remote, lengths C.uintptr_t,
 	n C.size_t, opts C.uintptr_t, out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
-	e, err := lookupEngine(id)
-	if err != nil {
-		return fail(err)
-	}
-	// Nothing moves unless the statuses can be written afterwards.
-	if n <= maxBatch {
-		if err := optionalOut(uintptr(out), uint64(n)*C.sizeof_tent_request_status, "statuses_out"); err != nil {
-			return fail(err)
-		}
-	}
 	c := columns{opcode: opcode, segment: sid, local: uintptr(local), remote: uintptr(remote),
 		lengths: uintptr(lengths), n: n}
-	b, err := c.submit(e, uintptr(opts), true)
-	if err != nil {
-		return fail(err)
-	}
-	return finishSync(e, b, uintptr(out), n)
+	return transferSync(id, n, uintptr(out), func(e *engine) (*core.Batch, error) {
+		return c.submit(e, uintptr(opts), true)
+	})
 }

@@ -455,26 +455,29 @@ func release(e *engine, b *core.Batch) error {
 func tentgo_transfer_sync(id C.uint64_t, requests C.uintptr_t, n C.size_t, opts C.uintptr_t,
 	out C.uintptr_t) (st C.tent_status) {
 	defer recoverStatus(&st, debug.SetPanicOnFault(true))
+	return transferSync(id, n, uintptr(out), func(e *engine) (*core.Batch, error) {
+		return submit(e, uintptr(requests), n, uintptr(opts), true)
+	})
+}
+
+// transferSync is the body of the synchronous transfers: submit (a
+// Waiting batch of n requests) on engine id, wait for it, write its n
+// statuses to out (if not NULL) and release it. Nothing moves unless the
+// statuses can be written afterwards.
+func transferSync(id C.uint64_t, n C.size_t, out uintptr, submit func(*engine) (*core.Batch, error)) C.tent_status {
 	e, err := lookupEngine(id)
 	if err != nil {
 		return fail(err)
 	}
-	// Nothing moves unless the statuses can be written afterwards.
 	if n <= maxBatch {
-		if err := optionalOut(uintptr(out), uint64(n)*C.sizeof_tent_request_status, "statuses_out"); err != nil {
+		if err := optionalOut(out, uint64(n)*C.sizeof_tent_request_status, "statuses_out"); err != nil {
 			return fail(err)
 		}
 	}
-	b, err := submit(e, uintptr(requests), n, uintptr(opts), true)
+	b, err := submit(e)
 	if err != nil {
 		return fail(err)
 	}
-	return finishSync(e, b, uintptr(out), n)
-}
-
-// finishSync waits for the Waiting batch b of a synchronous transfer,
-// writes its n statuses to out (if not NULL) and releases it.
-func finishSync(e *engine, b *core.Batch, out uintptr, n C.size_t) C.tent_status {
 	code, werr := b.Wait(-1) // at once: the Waiting promise
 	var cerr error
 	if out != 0 {
