@@ -498,3 +498,36 @@ def test_nixl_spin_wait_refuses_a_bad_value(monkeypatch, value):
     monkeypatch.setenv("TENT_COMPAT_SPIN_WAIT_MS", value)
     with pytest.raises(ValueError, match="TENT_COMPAT_SPIN_WAIT_MS"):
         nixl_agent("bad-wait", nixl_agent_config(backends=["UCX"]))
+
+
+def test_nixl_notification_naming_a_known_agent_from_another_engine_is_dropped(agents):
+    """A notification names its agent inside the message; one that names
+    an agent loaded here (or this agent itself) but comes from another
+    engine is dropped and counted, the real agent's still arrives, and a
+    name not loaded here cannot be checked and is delivered."""
+    import time
+
+    import tent
+    from tent.compat import _common
+
+    a, b, mem_a, mem_b, local, remote, lens = agents
+    b.add_remote_agent(a.get_agent_metadata())
+    rogue = tent.Engine(listen_addr="127.0.0.1:0")
+    try:
+        seg = rogue.open_segment(a.tent_engine.name)
+        rogue.notify(seg, _common.envelope(_common.KIND_USER, "B", b"forged by B's name"))
+        rogue.notify(seg, _common.envelope(_common.KIND_USER, "A", b"forged by A's own name"))
+        rogue.notify(seg, _common.envelope(_common.KIND_USER, "Z", b"from an agent not loaded"))
+        b.send_notif("A", b"really from B")
+        got = {}
+        deadline = time.monotonic() + 10
+        while not (got.get("B") and got.get("Z") and a.notifs_refused == 2):
+            assert time.monotonic() < deadline, (got, a.notifs_refused)
+            for k, v in a.get_new_notifs().items():
+                got.setdefault(k, []).extend(v)
+            time.sleep(0.002)
+        assert got == {"B": [b"really from B"], "Z": [b"from an agent not loaded"]}
+        seg.close()
+    finally:
+        rogue.close()
+    b.remove_remote_agent("A")

@@ -37,7 +37,7 @@ import struct
 import sys
 import threading
 import time
-from typing import Any, Dict, Iterable, List, Optional, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import tent
 from tent import _lib
@@ -356,6 +356,10 @@ class nixl_agent:  # noqa: N801
         self._spin_wait: Optional[ctypes.c_int64] = ctypes.c_int64(wait_ms) if wait_ms else None
         self._leaked_xfer_handles: List[int] = []
         self.notifs: Dict[str, List[bytes]] = {}
+        # notifications dropped because their agent name belongs to another
+        # engine here (_impersonates); tent's addition
+        self.notifs_refused = 0
+        self._refused_senders: Set[Tuple[str, str]] = set()
         self.backends: Dict[str, int] = {}
         self.backend_mems: Dict[str, List[str]] = {}
         self.backend_options: Dict[str, Dict[str, str]] = {}
@@ -1194,9 +1198,31 @@ class nixl_agent:  # noqa: N801
                 raise nixl_error(exc, "get_new_notifs") from None
             opened = _common.open_envelope(n.message)
             if opened is not None and opened[0] == _common.KIND_USER:
+                if self._impersonates(opened[1], n.sender):
+                    continue
                 out.setdefault(opened[1], []).append(opened[2])
             else:
                 out.setdefault(n.sender, []).append(n.message)
+
+    def _impersonates(self, agent: str, sender: str) -> bool:
+        """Whether a notification naming agent came from an engine other
+        than the one this agent knows agent by (its loaded metadata, or this
+        agent itself): the name inside a message is the sender's claim, the
+        engine's name is what tent's handshake gave (proved with a secret).
+        Such a notification is dropped and counted; one from an agent not
+        loaded here cannot be checked and is delivered as NIXL does."""
+        with self._lock:
+            known = self._engine.name if agent == self.name else (
+                r.segment_name if (r := self._remotes.get(agent)) is not None else None)
+            if known is None or known == sender:
+                return False
+            self.notifs_refused += 1
+            first = (agent, sender) not in self._refused_senders
+            self._refused_senders.add((agent, sender))
+        if first:
+            logger.warning("dropped a notification naming agent %r from engine %r: that agent is %r here",
+                           agent, sender, known)
+        return True
 
     def get_new_notifs(self, backends: Optional[List[str]] = None) -> Dict[str, List[bytes]]:
         """Notifications received since the last call, {agent name: [messages]}."""
