@@ -155,8 +155,9 @@ def test_arguments_are_converted_as_the_bindings_convert_them(engine):
             refused = True
         except ValueError:  # read_bytes_from_buffer outside this engine's memory: converted, then refused
             refused = False
-        except RuntimeError:  # target_hostname=None: converted (a null const char *), then the engine throws
-            assert params[i][1] == "target_hostname" and value is None, (method, params[i][1], value)
+        except RuntimeError:  # a None string converted (a null const char *), then the engine throws
+            throws = params[i][1] == "target_hostname" or (method.startswith("initialize") and i != 3)
+            assert throws and value is None, (method, params[i][1], value)
             refused = False
         if refused == taken:
             wrong.append(f"{method} {params[i][1]}={value!r}: {'refused' if refused else 'taken'}")
@@ -248,5 +249,31 @@ def test_a_none_target_raises_runtime_error_as_the_engine_does(method):
             with pytest.raises(TypeError, match="incompatible function arguments"):
                 getattr(e, method)(*args)
         assert e.last_error == ""  # raised, not a failed call
+    finally:
+        e.close()
+
+
+@pytest.mark.parametrize("method,which", [("initialize", i) for i in range(4)] +
+                         [("initialize_ext", i) for i in range(5)])
+def test_initialize_with_none_is_what_the_engine_does(method, which):
+    """The real engine (checked against its wheel, each case in a forked
+    child): a None local_hostname, metadata_server or (initialize_ext's)
+    metadata_type raises RuntimeError (a std::string made from the null
+    pointer), a None device_name is taken; a None protocol crashes that
+    process (strcmp on it), refused here with a RuntimeError instead.
+    Nothing is started by a refused call."""
+    import mooncake.engine as me
+
+    args = ["127.0.0.1", "P2PHANDSHAKE", "tcp", ""] + (["p2p"] if method == "initialize_ext" else [])
+    args[which] = None
+    e = me.TransferEngine()
+    try:
+        if which == 3:
+            assert getattr(e, method)(*args) == 0
+            return
+        with pytest.raises(RuntimeError, match="protocol" if which == 2 else "null"):
+            getattr(e, method)(*args)
+        assert e.get_engine() is None  # not started: a later initialize still works
+        assert e.initialize("127.0.0.1", "P2PHANDSHAKE", "tcp", "") == 0
     finally:
         e.close()

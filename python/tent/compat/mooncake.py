@@ -272,13 +272,26 @@ class TransferEngine:
         ``protocol`` "tcp" (tcp only) or anything else ("rdma", ...: the best
         transport tent has, logged once), ``device_name`` ignored (tent picks
         devices itself). Returns 0, or -1."""
-        return self.initialize_ext(local_hostname, metadata_server, protocol, device_name, None)
+        return self._initialize(local_hostname, metadata_server, protocol, None)
 
     @_pybind.method(_OWNER, "int", _cstr(), _cstr(), _cstr(), _cstr(), _cstr())
     def initialize_ext(self, local_hostname: str, metadata_server: str, protocol: str, device_name: str,
                        metadata_type: Optional[str]) -> int:
         """``initialize`` with the metadata type ("etcd", "http", "p2p") for
         a connection string without a scheme."""
+        if metadata_type is None:
+            raise RuntimeError("basic_string: construction from null is not valid")
+        return self._initialize(local_hostname, metadata_server, protocol, metadata_type)
+
+    def _initialize(self, local_hostname: Optional[str], metadata_server: Optional[str], protocol: Optional[str],
+                    metadata_type: Optional[str]) -> int:
+        if local_hostname is None or metadata_server is None:
+            # Mooncake makes std::strings of both at once; pybind11 raises the throw
+            raise RuntimeError("basic_string: construction from null is not valid")
+        if protocol is None:
+            # Mooncake's engine reads it with strcmp and crashes the process:
+            # refused here instead
+            raise RuntimeError("protocol is None: initialize needs a protocol (\"tcp\", \"rdma\", ...)")
         try:
             with self._lock:
                 if self._engine is not None:
