@@ -89,7 +89,7 @@ type Request struct {
 	Len          uint64
 	Peer         *Peer
 	Desc         *wire.SegmentDesc // the peer's descriptor used for routing
-	RemoteRegion wire.RegionDesc   // the peer's region containing the range
+	RemoteRegion *wire.RegionDesc  // the peer's region containing the range, inside Desc (read only)
 	LocalRegion  *Region           // held until Done
 	Deadline     time.Time
 

@@ -184,7 +184,7 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 			continue
 		}
 		r.RemoteRegion = rr
-		prev = &r.RemoteRegion
+		prev = rr
 		m := hint
 		if m == nil {
 			m = e.firstMover(r)
@@ -236,15 +236,13 @@ func (e *Engine) noteRoute(p *Peer, m *installed, hinted bool) {
 // permission r needs. The target checks again: this only fails early.
 // A request inside prev (the region of the request before, or nil) is
 // checked against it without searching d.
-func checkRemote(d *wire.SegmentDesc, r *Request, prev *wire.RegionDesc) (wire.RegionDesc, error) {
-	var rr wire.RegionDesc
-	if prev != nil && r.Remote >= prev.Addr && r.Remote-prev.Addr < prev.Len {
-		rr = *prev
-	} else if found, ok := d.FindRegion(r.Remote, 1); ok {
-		rr = found
-	} else {
-		return rr, status.Errorf(status.NotRegistered, "remote [%#x, %#x) is not registered by %s",
-			r.Remote, r.Remote+r.Len, d.Name)
+func checkRemote(d *wire.SegmentDesc, r *Request, prev *wire.RegionDesc) (*wire.RegionDesc, error) {
+	rr := prev
+	if rr == nil || r.Remote < rr.Addr || r.Remote-rr.Addr >= rr.Len {
+		if rr = d.RegionAt(r.Remote, 1); rr == nil {
+			return nil, status.Errorf(status.NotRegistered, "remote [%#x, %#x) is not registered by %s",
+				r.Remote, r.Remote+r.Len, d.Name)
+		}
 	}
 	if r.Remote+r.Len > rr.End() {
 		return rr, status.Errorf(status.OutOfRange, "remote [%#x, %#x) runs past %s's region [%#x, %#x)",

@@ -370,19 +370,29 @@ func UnmarshalSegmentDesc(b []byte) (*SegmentDesc, error) {
 // ranges that wrap around the address space. It assumes d is valid (sorted,
 // non-overlapping), as every decoded descriptor is.
 func (d *SegmentDesc) FindRegion(addr, n uint64) (RegionDesc, bool) {
+	if r := d.RegionAt(addr, n); r != nil {
+		return *r, true
+	}
+	return RegionDesc{}, false
+}
+
+// RegionAt is FindRegion without the copy: the region inside d.Regions, or
+// nil. A descriptor is not changed once made, so the pointer stays valid
+// and its region current for as long as the caller holds d.
+func (d *SegmentDesc) RegionAt(addr, n uint64) *RegionDesc {
 	if n == 0 || addr+n < addr {
-		return RegionDesc{}, false
+		return nil
 	}
 	// First region starting after addr; the candidate is the one before it.
 	i := sort.Search(len(d.Regions), func(i int) bool { return d.Regions[i].Addr > addr })
 	if i == 0 {
-		return RegionDesc{}, false
+		return nil
 	}
 	r := &d.Regions[i-1]
 	if addr+n > r.Addr+r.Len {
-		return RegionDesc{}, false
+		return nil
 	}
-	return *r, true
+	return r
 }
 
 // String summarises d for logs without dumping every region.

@@ -292,7 +292,9 @@ func TestFindRegionMany(t *testing.T) {
 		got, ok := d.FindRegion(r.Addr, r.Len)
 		require.True(t, ok, "region %d", i)
 		require.Equal(t, r, got)
+		require.Same(t, &d.Regions[i], d.RegionAt(r.Addr+r.Len/2, 1), "RegionAt points into the descriptor")
 		_, ok = d.FindRegion(r.Addr+r.Len-1, 2)
+		require.Nil(t, d.RegionAt(r.Addr+r.Len-1, 2))
 		if i+1 < len(d.Regions) && d.Regions[i+1].Addr == r.End() {
 			require.False(t, ok, "range across adjacent regions %d and %d", i, i+1)
 		} else {

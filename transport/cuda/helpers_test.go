@@ -26,8 +26,8 @@ const (
 	rw   = core.PermRemoteRead | core.PermRemoteWrite
 )
 
-func wireRegion(loc string, alloc uint64) wire.RegionDesc {
-	return wire.RegionDesc{Addr: 1 << 20, Len: 4096, Perm: wire.PermRead | wire.PermWrite, Location: loc, AllocID: alloc}
+func wireRegion(loc string, alloc uint64) *wire.RegionDesc {
+	return &wire.RegionDesc{Addr: 1 << 20, Len: 4096, Perm: wire.PermRead | wire.PermWrite, Location: loc, AllocID: alloc}
 }
 
 // testDriver is the fake driver of the running test (useFake), whose GPU

@@ -343,7 +343,7 @@ func (j *job) reachable(desc *wire.SegmentDesc, idx []int, sameHost bool) []int 
 			j.finish(i, 0, err)
 			continue
 		}
-		rr := &r.RemoteRegion
+		rr := r.RemoteRegion
 		switch {
 		case !isCUDALoc(rr.Location):
 			j.finish(i, 0, status.Errorf(status.Unsupported,
@@ -426,7 +426,7 @@ func (j *job) importAll(s *session, desc *wire.SegmentDesc, todo []int, grants m
 		if sameHost {
 			get = func() (*cu.Mapping, error) { return t.importFD(s, g, dev, deadline) }
 		} else {
-			get = func() (*cu.Mapping, error) { return t.importFabric(desc, &r.RemoteRegion, g, dev) }
+			get = func() (*cu.Mapping, error) { return t.importFabric(desc, r.RemoteRegion, g, dev) }
 		}
 		ent, m, err := t.acquireEntry(key, g.base, g.size, get, deadline)
 		if err != nil {

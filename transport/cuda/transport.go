@@ -433,7 +433,7 @@ func (t *Transport) Eligible(r *core.Request) bool {
 		// grants both); the rest is left to the staging transports.
 		return r.RemoteRegion.AllocID != 0 && r.RemoteRegion.Perm&wire.PermMask == wire.PermMask
 	}
-	_, _, fab := fabricAttachment(&r.RemoteRegion)
+	_, _, fab := fabricAttachment(r.RemoteRegion)
 	return fab && t.endpoint(r.Desc, wire.ControlEndpoint) != ""
 }
 

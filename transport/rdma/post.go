@@ -109,7 +109,7 @@ func (t *Transport) routeFor(r *core.Request) (route, bool) {
 	if lkeys == nil {
 		return route{}, false
 	}
-	keys, err := remoteKeys(&r.RemoteRegion)
+	keys, err := remoteKeys(r.RemoteRegion)
 	if err != nil {
 		return route{}, false
 	}

@@ -276,7 +276,7 @@ func (t *Transport) Eligible(r *core.Request) bool {
 		strings.HasPrefix(r.RemoteRegion.Location, "cuda") || endpoint(d) == "" {
 		return false
 	}
-	if !mappable(&r.RemoteRegion) && t.nDenied.Load() > 0 {
+	if !mappable(r.RemoteRegion) && t.nDenied.Load() > 0 {
 		t.mu.Lock()
 		_, denied := t.denied[d.Incarnation]
 		t.mu.Unlock()
