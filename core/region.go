@@ -58,6 +58,18 @@ func (r *Region) Contains(addr, n uint64) bool {
 	return addr >= r.Addr && n <= r.Len && addr-r.Addr <= r.Len-n
 }
 
+// Permits reports whether the region grants a peer access (Acquire's
+// permission check).
+func (r *Region) Permits(access Access) bool {
+	switch access {
+	case AccessRemoteRead:
+		return r.Perm&PermRemoteRead != 0
+	case AccessRemoteWrite:
+		return r.Perm&PermRemoteWrite != 0
+	}
+	return true
+}
+
 // HandleShareable reports whether a handle to the region's memory (a memfd,
 // a CUDA POSIX fd or FABRIC handle) may be given to a peer. Such a handle is
 // a capability over the whole allocation for as long as the peer keeps it:
@@ -385,8 +397,7 @@ func (e *Engine) Acquire(addr, n uint64, access Access) (*Region, error) {
 		return nil, status.Errorf(status.OutOfRange,
 			"[%#x, %#x) is not inside registered region [%#x, %#x)", addr, addr+n, r.Addr, r.End())
 	}
-	if (access == AccessRemoteRead && r.Perm&PermRemoteRead == 0) ||
-		(access == AccessRemoteWrite && r.Perm&PermRemoteWrite == 0) {
+	if !r.Permits(access) {
 		e.mu.Unlock()
 		return nil, status.Errorf(status.PermissionDenied,
 			"region [%#x, %#x) does not permit remote %s", r.Addr, r.End(), accessVerb(access))

@@ -231,7 +231,7 @@ func (s *server) read(h reqHeader) error {
 // it waits for a READ payload in it. GPU regions are pinned per request
 // (held is false): the caller releases them.
 func (s *server) acquire(h reqHeader, access core.Access) (r *core.Region, held bool, err error) {
-	if r := s.cur; r != nil && r.Contains(h.addr, uint64(h.n)) && grants(r, access) {
+	if r := s.cur; r != nil && r.Contains(h.addr, uint64(h.n)) && r.Permits(access) {
 		return r, true, nil
 	}
 	r, err = s.e.Acquire(h.addr, uint64(h.n), access)
@@ -241,13 +241,6 @@ func (s *server) acquire(h reqHeader, access core.Access) (r *core.Region, held 
 	s.held = append(s.held, r)
 	s.cur = r
 	return r, true, nil
-}
-
-func grants(r *core.Region, access core.Access) bool {
-	if access == core.AccessRemoteRead {
-		return r.Perm&core.PermRemoteRead != 0
-	}
-	return r.Perm&core.PermRemoteWrite != 0
 }
 
 // stageBuf returns the connection's staging buffer, at least n bytes,

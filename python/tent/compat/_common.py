@@ -208,15 +208,14 @@ def _uint_column(np: Any, values: Any) -> Any:
 # (_lib.UNTYPED): a pointer is a c_void_p of its address.
 
 _OPCODE_ARGS = {"read": ctypes.c_uint32(tent.READ), "write": ctypes.c_uint32(tent.WRITE)}  # never modified
-_NO_OPTS = (None, None)
-NO_OPTS = _NO_OPTS  # transfer_options() of no notify and no transport
+NO_OPTS = (None, None)  # transfer_options() of no notify and no transport
 
 
 def transfer_options(engine: tent.Engine, notify: Optional[bytes], transport: Optional[str]) -> Tuple[Any, Any]:
     """(the opts argument of a column call: None or a pointer to
     tent_transfer_options, what must stay alive until the call returned)."""
     if notify is None and transport is None:
-        return _NO_OPTS
+        return NO_OPTS
     opts, keep = engine._transfer_options(None, notify, transport)
     assert opts is not None  # a notify or a transport was given
     return ctypes.byref(opts), (opts, keep)
@@ -233,7 +232,7 @@ def _column_args(engine: tent.Engine, op: str, segment: tent.Segment, addr: int,
 
 
 def transfer_columns_sync(engine: tent.Engine, op: str, segment: tent.Segment, cols: Any, addr: int,
-                          opts: Tuple[Any, Any] = _NO_OPTS) -> None:
+                          opts: Tuple[Any, Any] = NO_OPTS) -> None:
     """The batch of the 3 x n columns at addr (from column_words; cols
     keeps them alive), submitted and waited for in one call
     (tent_transfer_columns_sync). Raises the call's or the first failed
@@ -246,7 +245,7 @@ def transfer_columns_sync(engine: tent.Engine, op: str, segment: tent.Segment, c
 
 
 def transfer_columns(engine: tent.Engine, op: str, segment: tent.Segment, cols: Any, addr: int,
-                     opts: Tuple[Any, Any] = _NO_OPTS) -> tent.Batch:
+                     opts: Tuple[Any, Any] = NO_OPTS) -> tent.Batch:
     """The batch of the columns, submitted (tent_transfer_columns): its
     tent.Batch, as ``Engine.transfer`` returns it."""
     n = cols.shape[1]

@@ -979,8 +979,7 @@ class nixl_agent:  # noqa: N801
             if hit is not None:
                 # checked when first made: registered at once, in this lock
                 x = _Xfer(op, remote, hit[0], hit[1], _common.as_bytes(notif_msg) if notif_msg else b"")
-                self._handles += 1
-                h = self._handles
+                h = self._next()
                 self._xfers[h] = x
                 return nixl_xfer_handle(self, h)
         li, ri = _indices(np, local_indices), _indices(np, remote_indices)
