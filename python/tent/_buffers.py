@@ -16,7 +16,10 @@ Accepted, in this order:
 6. ``__dlpack__`` (any DLPack producer): the capsule is consumed (renamed
    "used_dltensor"), the tensor's memory is used in place, and its deleter
    is called when tent lets go of it (``keepalive.release()`` or garbage
-   collection). Limits: a CUDA producer is asked for its data on the legacy
+   collection). The capsule's struct, shape and strides are read with
+   fault-checked copies and the deleter is called only if it lies in
+   executable memory, so a producer's garbage pointer is InvalidArgument,
+   not a crash. Limits: a CUDA producer is asked for its data on the legacy
    default stream (``stream=None``): synchronize your own stream first.
 
 Non-contiguous memory is a ValueError (``tent.InvalidArgument``); so is an
@@ -30,9 +33,10 @@ Python gives for it.
 from __future__ import annotations
 
 import ctypes
+import os
 import re
 import sys
-from typing import Any, Mapping, NamedTuple, Optional
+from typing import Any, List, Mapping, NamedTuple, Optional
 
 from . import _check
 from ._errors import InvalidArgument
@@ -197,6 +201,10 @@ class DLPackOwner:
         except Exception:  # noqa: BLE001 - a finalizer must not raise
             pass
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # A copy would call the deleter a second time.
+        raise TypeError("a consumed DLPack tensor cannot be copied or pickled")
+
 
 def _contiguous_nbytes(shape: Any, strides: Any, itemsize: int, what: str) -> int:
     """Bytes of an array of shape/strides (strides in bytes, or None for
@@ -230,6 +238,77 @@ def _contiguous_nbytes(shape: Any, strides: Any, itemsize: int, what: str) -> in
     return n * itemsize
 
 
+# A DLPack capsule is the producer's word: its tensor struct, the shape and
+# strides arrays it points to and its deleter may be garbage. They are read
+# with write(2) into a pipe, which answers EFAULT for memory that is not
+# there instead of crashing the process, and the deleter is called only if
+# it lies in executable memory (the check tent_log_set_callback makes).
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc_write = _libc.write
+_libc_write.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t]
+_libc_write.restype = ctypes.c_ssize_t
+_PEEK_MAX = 1 << 16  # a pipe's default capacity: one write always fits
+_MIN_ADDR = 4096  # the NULL page is never mapped
+
+
+def _peek(addr: int, n: int, what: str) -> bytes:
+    """n (<= 64 KiB) bytes of this process's memory at addr, or
+    InvalidArgument naming what if any of them cannot be read."""
+    if n == 0:
+        return b""
+    if not _MIN_ADDR <= addr or addr + n > _check.U64_END:
+        raise InvalidArgument(f"{what} is at {addr:#x}: not a valid pointer")
+    r, w = os.pipe()
+    try:
+        done = 0
+        while done < n:
+            k = _libc_write(w, addr + done, n - done)
+            if k <= 0:
+                raise InvalidArgument(f"{what}: cannot read the memory it points to (invalid memory at {addr + done:#x})")
+            done += k
+        chunks = []
+        while done:
+            c = os.read(r, done)
+            chunks.append(c)
+            done -= len(c)
+        return b"".join(chunks)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def _is_code(addr: int) -> bool:
+    """Whether addr lies in an executable mapping of this process (True
+    where /proc/self/maps cannot be read)."""
+    if addr < _MIN_ADDR:
+        return False
+    try:
+        with open("/proc/self/maps") as f:
+            maps = f.read()
+    except OSError:
+        return True
+    for line in maps.splitlines():
+        fields = line.split()
+        if len(fields) < 2:
+            continue
+        lo, _, hi = fields[0].partition("-")
+        try:
+            if int(lo, 16) <= addr < int(hi, 16):
+                return "x" in fields[1]
+        except ValueError:
+            continue
+    return False
+
+
+def _peek_struct(cls: Any, addr: int, what: str) -> Any:
+    return cls.from_buffer_copy(_peek(addr, ctypes.sizeof(cls), what))
+
+
+def _peek_int64s(addr: int, n: int, what: str) -> List[int]:
+    return list((ctypes.c_int64 * n).from_buffer_copy(_peek(addr, 8 * n, what)))
+
+
 def _from_dlpack(obj: Any) -> Buffer:
     try:
         capsule = obj.__dlpack__(max_version=(1, 0))
@@ -239,31 +318,44 @@ def _from_dlpack(obj: Any) -> Buffer:
     name = b"dltensor_versioned" if versioned else b"dltensor"
     if not versioned and not _capsule_is_valid(capsule, name):
         raise InvalidArgument("__dlpack__ returned something that is not an unused DLPack capsule")
-    ptr = _capsule_get_pointer(capsule, name)
+    ptr = _capsule_get_pointer(capsule, name) or 0
+    # Copies, never views: the producer's memory is read once, checked.
     if versioned:
-        managed: Any = _DLManagedTensorVersioned.from_address(ptr)
+        managed: Any = _peek_struct(_DLManagedTensorVersioned, ptr, "the DLPack capsule's tensor")
         if managed.version.major != 1:
             raise InvalidArgument(f"DLPack version {managed.version.major}.{managed.version.minor} is not supported")
         readonly = bool(managed.flags & _DLPACK_FLAG_READ_ONLY)
     else:
-        managed = _DLManagedTensor.from_address(ptr)
+        managed = _peek_struct(_DLManagedTensor, ptr, "the DLPack capsule's tensor")
         readonly = False
+    deleter_addr = ctypes.cast(managed.deleter, ctypes.c_void_p).value or 0
+    if deleter_addr and not _is_code(deleter_addr):
+        # Left unconsumed: calling it would crash the process.
+        raise InvalidArgument(f"the DLPack tensor's deleter {deleter_addr:#x} is not in executable memory")
     # Consume it: from now on the deleter is ours to call.
     _capsule_set_name(capsule, b"used_dltensor_versioned" if versioned else b"used_dltensor")
-    deleter = managed.deleter if managed.deleter else None
-    owner = DLPackOwner(ptr, deleter)
-    t = managed.dl_tensor
+    owner = DLPackOwner(ptr, managed.deleter if deleter_addr else None)
+    try:
+        return _dlpack_buffer(managed.dl_tensor, readonly, owner)
+    except BaseException:
+        owner.release()
+        raise
+
+
+def _dlpack_buffer(t: Any, readonly: bool, owner: "DLPackOwner") -> Buffer:
     # ndim is the producer's word, and says how far to read its shape and
     # strides arrays: bounded (numpy's own limit) before they are read.
     if not 0 <= t.ndim <= _MAX_DLPACK_NDIM:
-        owner.release()
         raise InvalidArgument(f"the DLPack tensor has {t.ndim} dimensions: want 0..{_MAX_DLPACK_NDIM}")
-    if t.ndim and not t.shape:
-        owner.release()
+    shape_addr = ctypes.cast(t.shape, ctypes.c_void_p).value or 0
+    strides_addr = ctypes.cast(t.strides, ctypes.c_void_p).value or 0
+    if t.ndim and not shape_addr:
         raise InvalidArgument(f"the DLPack tensor has {t.ndim} dimensions but no shape")
-    shape = [t.shape[i] for i in range(t.ndim)]
+    shape = _peek_int64s(shape_addr, t.ndim, "the DLPack tensor's shape") if t.ndim else []
     itemsize = (t.dtype.bits * t.dtype.lanes + 7) // 8
-    strides = None if not t.strides else [t.strides[i] * itemsize for i in range(t.ndim)]
+    strides = None
+    if strides_addr and t.ndim:
+        strides = [s * itemsize for s in _peek_int64s(strides_addr, t.ndim, "the DLPack tensor's strides")]
     nbytes = _contiguous_nbytes(shape, strides, itemsize, "the DLPack tensor")
     kind = t.device.device_type
     if kind in (_kDLCPU, _kDLCUDAHost):
@@ -271,7 +363,6 @@ def _from_dlpack(obj: Any) -> Buffer:
     elif kind in (_kDLCUDA, _kDLCUDAManaged):
         device = f"cuda:{t.device.device_id}"
     else:
-        owner.release()
         raise InvalidArgument(f"DLPack device type {kind} is not supported (want CPU or CUDA memory)")
     return Buffer((t.data or 0) + t.byte_offset, nbytes, readonly, device, owner)
 

@@ -138,12 +138,21 @@ def cstring(value: Any, what: str) -> Optional[bytes]:
     if isinstance(value, bytes):
         b = value
     elif isinstance(value, str):
-        b = value.encode()
+        b = utf8(value, what)
     else:
         raise TypeError(f"{what} must be a str, not {type(value).__name__}")
     if b"\0" in b:
         raise InvalidArgument(f"{what} contains a NUL character")
     return b
+
+
+def utf8(value: str, what: str) -> bytes:
+    """A str as UTF-8; one with lone surrogates (from a non-UTF-8 file
+    name decoded with surrogateescape) is InvalidArgument."""
+    try:
+        return value.encode()
+    except UnicodeEncodeError as exc:
+        raise InvalidArgument(f"{what} is not valid UTF-8 text ({exc.reason} at position {exc.start})") from None
 
 
 _FIELD_NAME = re.compile(r":[^:]*:")
@@ -162,7 +171,7 @@ def blob(value: Any, what: str, *, max_len: Optional[int] = None, allow_empty: b
     int or a list is a TypeError, not ``bytes(n)``; memory of Python object
     references (their bytes are heap addresses) is InvalidArgument."""
     if isinstance(value, str):
-        b = value.encode()
+        b = utf8(value, what)
     else:
         refuse_scalar(value, what)
         try:

@@ -148,6 +148,13 @@ class _Managed:
         except Exception:  # noqa: BLE001 - a finalizer must never raise
             pass
 
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        # copy.copy would make a second owner of the handle, whose
+        # finalizer releases it under the first; a pickle would name a
+        # handle of this process only.
+        raise TypeError(f"a tent.{type(self).__name__} owns a library handle of this process: "
+                        "it cannot be copied or pickled")
+
 
 # ---- Engine -----------------------------------------------------------------
 
@@ -457,6 +464,8 @@ class Engine(_Managed):
         h = self._h()
         if isinstance(name, Engine):
             name = name.name
+        if name is None:
+            raise TypeError("name must be a str, not NoneType")
         out = c_void_p()
         cname = _cstr(name, "name")
         check(_lib.lib().tent_segment_open(h, cname, byref(out)))
@@ -646,7 +655,7 @@ class Engine(_Managed):
         h = self._h()
         if not isinstance(segment, Segment):
             raise TypeError(f"segment must be a Segment, not {type(segment).__name__}")
-        msg = message.encode() if isinstance(message, str) else message
+        msg = _check.utf8(message, "message") if isinstance(message, str) else message
         if isinstance(msg, bytes):
             check(_lib.lib().tent_notify_send(h, segment.handle, msg, len(msg)))
             return
