@@ -120,3 +120,81 @@ def test_mooncake_wheel_shaped_program(request, tmp_path, transport, metadata):
     for r in (ireport, treport):
         assert r["leaks"] == {} and r["process_handles"] == 0, r
     assert ireport["moved"].get(transport, 0) > 0, ireport
+
+
+def _spawn_ready(script, args, env):
+    proc = _spawn(script, args, env)
+    return proc, json.loads(_line_matching(proc.stdout, '"ready"', proc))
+
+
+def _stop(proc):
+    proc.stdin.write("stop\n")
+    proc.stdin.flush()
+    return _finish(proc)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_nixl_clients_shaped_program(transport):
+    """vLLM's NixlConnector (pull and push) and SGLang's nixl backend, as
+    they call NIXL, between a prefill and a decode process."""
+    env = {"TENT_COMPAT_TRANSPORTS": transport}
+    prefill, ready = _spawn_ready("nixl_clients_shaped.py", ["prefill"], env)
+    try:
+        decode = _spawn("nixl_clients_shaped.py", ["decode", "--port", str(ready["ready"])], env)
+        drc, dreport, derr = _finish(decode)
+        prc, preport, perr = _finish(prefill)
+    finally:
+        if prefill.poll() is None:
+            prefill.kill()
+            prefill.wait()
+    assert drc == 0 and dreport["ok"], (dreport, derr[-3000:])
+    assert prc == 0 and preport["ok"], (preport, perr[-3000:])
+    for report in (dreport, preport):
+        assert report["leaks"] == {} and report["process_handles"] == 0, report
+        assert report["moved"].get(transport, 0) > 0, report
+        # vLLM's stats: durations in seconds from microseconds, bytes and descriptor counts as posted
+        for xfer_s, post_s, nbytes, ndescs in report["telemetry"]:
+            assert 0 <= post_s <= xfer_s < 60 and nbytes == ndescs * 2048
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+def test_mooncake_clients_shaped_program(transport):
+    """vLLM's MooncakeConnector and SGLang's MooncakeTransferEngine, as they
+    call Mooncake, between a sender and a receiver process; then the
+    receiver gone, and restarted on the same host:port."""
+    sys.path.insert(0, PROGRAMS)
+    import mooncake_clients_shaped as shaped
+
+    env = {"TENT_COMPAT_TRANSPORTS": transport}
+    receiver, ready = _spawn_ready("mooncake_clients_shaped.py", ["receiver"], env)
+    sender = _spawn("mooncake_clients_shaped.py", ["sender"], env)
+    restarted = None
+    try:
+        sender.stdin.write(json.dumps(ready) + "\n")
+        sender.stdin.flush()
+        phase1 = json.loads(_line_matching(sender.stdout, '"probe"', sender))
+        rrc, rreport, rerr = _stop(receiver)
+        sender.stdin.write("gone\n")
+        sender.stdin.flush()
+        dead = json.loads(_line_matching(sender.stdout, '"dead_write"', sender))
+        port = ready["session"].rpartition(":")[2]
+        restarted, ready2 = _spawn_ready("mooncake_clients_shaped.py", ["receiver", "--port", port], env)
+        sender.stdin.write(json.dumps(ready2) + "\n")
+        sender.stdin.flush()
+        src, final, serr = _finish(sender)
+        rrc2, rreport2, rerr2 = _stop(restarted)
+    finally:
+        for p in (receiver, sender, restarted):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait()
+    assert phase1 == {"probe": 0, "engine": True, "batch_sync": [0] * len(shaped.REQS), "sync": 0,
+                      "scratch": [0, 0], "async": [True, 0]}, (phase1, serr[-3000:])
+    assert rrc == 0 and rreport["crcs"] == shaped.expected_receiver_crcs(False), rerr[-3000:]
+    assert dead["dead_write"] < 0 and dead["dead_probe"] != 0, dead
+    assert src == 0 and final["restart_probe"] == 0 and final["restart_write"] == 0, (final, serr[-3000:])
+    assert rrc2 == 0 and rreport2["crcs"] == shaped.expected_receiver_crcs(True), rerr2[-3000:]
+    for report in (rreport, rreport2, final):
+        assert report["leaks"] == {} and report["process_handles"] == 0, report
+    assert rreport["unregistered"] == 0 and rreport2["unregistered"] == 0
+    assert final["moved"].get(transport, 0) > 0, final
