@@ -9,7 +9,7 @@ import (
 func TestGroupBy(t *testing.T) {
 	rs := make([]*Request, 7)
 	for i := range rs {
-		rs[i] = &Request{index: i}
+		rs[i] = &Request{index: int32(i)}
 	}
 	keys := func(ks ...string) func(int) string { return func(i int) string { return ks[i] } }
 	type want struct {
@@ -36,7 +36,7 @@ func TestGroupBy(t *testing.T) {
 				require.Equal(t, w.key, gs[g].key)
 				var idx []int
 				for _, r := range gs[g].reqs {
-					idx = append(idx, r.index)
+					idx = append(idx, r.Index())
 				}
 				require.Equal(t, w.idx, idx)
 			}

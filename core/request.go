@@ -81,9 +81,9 @@ type Helper interface {
 }
 
 // Request is one request in flight. Movers read its exported fields and
-// report with Done.
+// report with Done. (Fields are laid out pointers first, then by size, so
+// a batch's slab of them is as small as it can be: 136 bytes each.)
 type Request struct {
-	Op           Op
 	Local        uint64 // local address, inside LocalRegion
 	Remote       uint64 // address in the peer's memory
 	Len          uint64
@@ -93,21 +93,39 @@ type Request struct {
 	LocalRegion  *Region           // held until Done
 	Deadline     time.Time
 
-	batch    *Batch
-	index    int
-	mover    atomic.Pointer[installed]
-	attempts atomic.Int32
-	pinned   bool // the caller named the transport: no retry elsewhere
-	// callerWaits: this attempt was handed to its mover on the submitting
-	// goroutine of a Waiting batch, which will call Help next.
-	callerWaits atomic.Bool
+	batch *Batch
+	mover atomic.Pointer[installed]
+	bytes atomic.Uint64
 
+	index     int32
+	attempts  atomic.Int32
 	status    atomic.Int32
 	transport atomic.Uint32
-	bytes     atomic.Uint64
 	flags     atomic.Uint32
 	nic       atomic.Uint32 // MarkNIC: first | count<<16
-	settled   atomic.Bool
+
+	state  atomic.Uint32 // reqSettled | reqCallerWaits
+	Op     Op
+	pinned bool // the caller named the transport: no retry elsewhere
+}
+
+// Bits of Request.state.
+const (
+	// reqSettled: the mover of the request's last attempt called Done.
+	reqSettled uint32 = 1 << iota
+	// reqCallerWaits: this attempt was handed to its mover on the
+	// submitting goroutine of a Waiting batch, which will call Help next.
+	reqCallerWaits
+)
+
+func (r *Request) isSettled() bool { return r.state.Load()&reqSettled != 0 }
+
+func (r *Request) setCallerWaits(on bool) {
+	if on {
+		r.state.Or(reqCallerWaits)
+	} else {
+		r.state.And(^reqCallerWaits)
+	}
 }
 
 // CallerWaits reports, to a mover in Submit, that the goroutine
@@ -115,10 +133,10 @@ type Request struct {
 // the mover's Help (if it is a Helper) with it: the mover may leave the
 // work of completing r to that goroutine. A mover that relies on it must
 // still complete r, if Help never comes, by some bounded time.
-func (r *Request) CallerWaits() bool { return r.callerWaits.Load() }
+func (r *Request) CallerWaits() bool { return r.state.Load()&reqCallerWaits != 0 }
 
 // Index is the request's position in its batch.
-func (r *Request) Index() int { return r.index }
+func (r *Request) Index() int { return int(r.index) }
 
 // Done reports the outcome of the request's current attempt: n bytes moved
 // and err (nil on success). A transport failure is retried once on the next
@@ -134,12 +152,12 @@ func (r *Request) Done(n uint64, err error) {
 				"from", r.mover.Load().t.Name(), "to", next.t.Name(), "reason", err)
 			r.attempts.Add(1)
 			r.flags.Or(FlagRetried)
-			r.callerWaits.Store(false) // retried off the caller's goroutine
+			r.setCallerWaits(false) // retried off the caller's goroutine
 			r.batch.e.dispatch(next, []*Request{r})
 			return
 		}
 	}
-	if r.settled.Swap(true) {
+	if r.state.Or(reqSettled)&reqSettled != 0 {
 		r.batch.e.duplicateDone.Add(1)
 		return
 	}
@@ -320,7 +338,7 @@ func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
 func (b *Batch) help(until time.Time) {
 	for i := range b.reqs {
 		r := &b.reqs[i]
-		if r.settled.Load() {
+		if r.isSettled() {
 			continue
 		}
 		if m := r.mover.Load(); m != nil {
@@ -346,7 +364,7 @@ func (b *Batch) helpWith(m *installed, h Helper, r *Request, until time.Time) {
 func (b *Batch) finish(r *Request, code status.Code, err error) {
 	if r.status.CompareAndSwap(int32(status.Pending), int32(code)) {
 		if err != nil {
-			b.setError(r.index, err)
+			b.setError(int(r.index), err)
 		}
 		if b.pending.Add(-1) == 0 {
 			b.allFinal()

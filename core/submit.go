@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math"
 	"time"
 
 	"github.com/tent-dev/tent/status"
@@ -17,6 +18,9 @@ import (
 func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, error) {
 	if len(reqs) == 0 {
 		return nil, status.Errorf(status.InvalidArgument, "empty batch")
+	}
+	if len(reqs) > math.MaxInt32 {
+		return nil, status.Errorf(status.InvalidArgument, "batch of %d requests exceeds %d", len(reqs), math.MaxInt32)
 	}
 	if len(o.Notify) > MaxNotifyLen {
 		return nil, status.Errorf(status.InvalidArgument, "notification of %d bytes exceeds %d", len(o.Notify), MaxNotifyLen)
@@ -64,7 +68,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		// Field by field: copying a whole Request value would run the
 		// bulk write barrier over every pointer in it.
 		r.Op, r.Local, r.Remote, r.Len = tr.Op, tr.Local, tr.Remote, tr.Len
-		r.Peer, r.LocalRegion, r.Deadline, r.batch, r.index = tr.Segment.peer, local, b.deadline, b, i
+		r.Peer, r.LocalRegion, r.Deadline, r.batch, r.index = tr.Segment.peer, local, b.deadline, b, int32(i)
 		r.pinned = hint != nil
 		r.status.Store(int32(status.Pending))
 		prev = local
@@ -98,7 +102,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		if d := p.cached(); d != nil {
 			if o.Waiting {
 				for _, r := range rs {
-					r.callerWaits.Store(true)
+					r.setCallerWaits(true)
 				}
 			}
 			e.routeWith(p, rs, hint, d, false)
@@ -152,7 +156,7 @@ func (e *Engine) checkRequest(tr *TransferRequest) error {
 // and hands the requests over.
 func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
 	for _, r := range rs {
-		r.callerWaits.Store(false) // routed off the caller's goroutine
+		r.setCallerWaits(false) // routed off the caller's goroutine
 	}
 	desc, err := p.descriptor(refresh, rs[0].Deadline)
 	if err != nil {
@@ -165,12 +169,16 @@ func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
 	e.routeWith(p, rs, hint, desc, refresh)
 }
 
-// routeWith routes with a descriptor in hand.
+// routeWith routes with a descriptor in hand. rs is the caller's to give
+// away: the routed requests are gathered in place at its front.
 func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.SegmentDesc, refresh bool) {
-	routed := make([]*Request, 0, len(rs))
-	movers := make([]*installed, 0, len(rs))
-	var retry []*Request
-	var prev *wire.RegionDesc
+	routed := rs[:0] // never ahead of the loop below
+	var (
+		first  *installed   // the mover of every routed request, until movers is needed
+		movers []*installed // the mover of each routed request, once they differ
+		retry  []*Request
+		prev   *wire.RegionDesc
+	)
 	for _, r := range rs {
 		r.Desc = desc
 		rr, err := checkRemote(desc, r, prev)
@@ -197,16 +205,34 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 				"no installed transport can move [%#x, +%d) to %s at %#x", r.Local, r.Len, p.name, r.Remote))
 			continue
 		}
+		switch {
+		case first == nil:
+			first = m
+		case movers == nil && m != first:
+			movers = make([]*installed, len(routed), len(rs))
+			for i := range movers {
+				movers[i] = first
+			}
+		}
+		if movers != nil {
+			movers = append(movers, m)
+		}
 		routed = append(routed, r)
-		movers = append(movers, m)
 	}
-	eachGroup(routed, func(i int) *installed { return movers[i] }, func(m *installed, rs []*Request) {
+	dispatchTo := func(m *installed, rs []*Request) {
 		for _, r := range rs {
 			r.attempts.Store(1)
 		}
 		e.noteRoute(p, m, hint != nil)
 		e.dispatch(m, rs)
-	})
+	}
+	if movers == nil {
+		if len(routed) > 0 {
+			dispatchTo(first, routed)
+		}
+	} else {
+		eachGroup(routed, func(i int) *installed { return movers[i] }, dispatchTo)
+	}
 	if len(retry) > 0 {
 		p.invalidate()
 		go e.route(p, retry, hint, true)
@@ -279,7 +305,7 @@ func (e *Engine) dispatch(m *installed, rs []*Request) {
 		// would hang, so they are failed here. Done is idempotent enough:
 		// settled requests are skipped.
 		for _, r := range rs {
-			if !r.settled.Load() {
+			if !r.isSettled() {
 				r.attempts.Store(2)
 				r.Done(0, err)
 			}
@@ -344,7 +370,7 @@ func (e *Engine) cancelMovers(b *Batch) {
 	by := map[*installed][]*Request{}
 	for i := range b.reqs {
 		r := &b.reqs[i]
-		if m := r.mover.Load(); !r.settled.Load() && m != nil {
+		if m := r.mover.Load(); !r.isSettled() && m != nil {
 			by[m] = append(by[m], r)
 		}
 	}
