@@ -44,7 +44,7 @@ type conn struct {
 	queue    ring      // chunks not yet sent
 	sent     ring      // chunks sent, awaiting their replies, in order
 	started  bool      // the writer runs
-	writing  bool      // a goroutine (the writer or a submitter) owns the socket's write side, iov, group and skipped
+	writing  bool      // a goroutine (the writer or a submitter) owns the socket's write side, iov, entered and skipped
 	handoff  bool      // a submitter left the rest of its group in iov for the writer to send
 	dead     bool
 	err      error     // why it died
@@ -65,14 +65,26 @@ type conn struct {
 	rdCond     sync.Cond     // callers wait on it for the reader goroutine to let go
 	rdWake     chan struct{} // wakes the reader goroutine (capacity 1)
 
-	// Owned by whoever holds writing.
+	// Owned by whoever holds writing. The group taken is in iov (its
+	// headers copied there under mu), and its WRITE requests, entered, in
+	// entered: a READ chunk of the group may be answered, and its state
+	// reused, before the write ends, so the group's chunks are not kept.
 	iov     iovec
-	group   []*chunk
+	entered []*reqState
 	skipped []*chunk
+	groupN  int // chunks in the group taken
+
+	// For tryFlush, made once: the socket's raw connection (nil when it
+	// has no descriptor) and the writev it runs on it.
+	raw    syscall.RawConn
+	wn     int
+	werr   error
+	writev func(fd uintptr) bool
 }
 
 func newConn(t *Transport, p *pool, slot int) *conn {
 	c := &conn{t: t, pool: p, slot: slot, rdWake: make(chan struct{}, 1)}
+	c.writev = c.writevOnce
 	c.wake.L = &c.mu
 	c.rdCond.L = &c.mu
 	t.conns.Add(1)
@@ -137,11 +149,10 @@ func (c *conn) writeInline() {
 	c.mu.Unlock()
 	c.t.inlineW.Add(1)
 	c.skipDead()
-	if len(c.group) == 0 {
+	if c.groupN == 0 {
 		c.endGroup(nil)
 		return
 	}
-	c.build(c.group)
 	all, err := c.tryFlush(nc)
 	if err == nil && !all {
 		c.mu.Lock()
@@ -159,25 +170,35 @@ func (c *conn) writeInline() {
 	c.endGroup(err)
 }
 
-// takeGroupLocked moves the next group from the queue to sent, into
-// c.group (and the chunks of dead requests into c.skipped); c.mu and
-// writing are held.
+// takeGroupLocked moves the next group from the queue to sent and puts
+// its headers and WRITE payloads into c.iov (the chunks of dead requests
+// go to c.skipped); c.mu and writing are held. The headers are built
+// here, while every chunk of the group is still awaiting its reply: once
+// c.mu is released a reply (or a failing connection) may end a READ
+// chunk, and its request's state be reused.
 func (c *conn) takeGroupLocked() {
-	c.group, c.skipped = c.group[:0], c.skipped[:0]
+	c.entered, c.skipped, c.groupN = c.entered[:0], c.skipped[:0], 0
+	v := &c.iov
 	bytes := 0
-	for c.queue.len() > 0 && len(c.group) < maxGroupChunks && bytes < maxGroupBytes {
+	for c.queue.len() > 0 && c.groupN < maxGroupChunks && bytes < maxGroupBytes {
 		ch := c.queue.pop()
+		s := ch.s
 		// A WRITE's memory is entered now, under the lock, so the
 		// chunk is either sent whole or not at all.
-		if (ch.s.op == opWrite && !ch.s.enter()) || (ch.s.op == opRead && ch.s.isDead()) {
+		if (s.op == opWrite && !s.enter()) || (s.op == opRead && s.isDead()) {
 			c.skipped = append(c.skipped, ch)
 			continue
 		}
 		c.nextID++
 		ch.id = c.nextID
 		c.sent.push(ch)
-		c.group = append(c.group, ch)
+		c.groupN++
 		bytes += int(ch.n)
+		putReqHeader(v.header(reqHeaderSize), reqHeader{op: s.op, n: ch.n, id: ch.id, addr: s.remote + ch.off})
+		if s.op == opWrite {
+			v.payload(host.Bytes(s.local+ch.off, uint64(ch.n)))
+			c.entered = append(c.entered, s)
+		}
 	}
 }
 
@@ -186,8 +207,7 @@ func (c *conn) takeGroupLocked() {
 func (c *conn) writeGroup(nc net.Conn) bool {
 	c.skipDead()
 	var err error
-	if len(c.group) > 0 {
-		c.build(c.group)
+	if c.groupN > 0 {
 		err = c.flush(nc)
 	}
 	return c.endGroup(err)
@@ -206,13 +226,11 @@ func (c *conn) skipDead() {
 // let go, writing is released, and the connection fails on err. It
 // reports whether the connection lives on.
 func (c *conn) endGroup(err error) bool {
-	for _, ch := range c.group {
-		if ch.s.op == opWrite {
-			ch.s.exit()
-		}
+	for _, s := range c.entered {
+		s.exit()
 	}
-	clear(c.group) // no chunk outlives its request here
-	c.group = c.group[:0]
+	clear(c.entered) // no state outlives its request here
+	c.entered, c.groupN = c.entered[:0], 0
 	c.mu.Lock()
 	c.writing = false
 	if c.queue.len() > 0 {
@@ -454,6 +472,9 @@ func (c *conn) writeLoop() {
 		return
 	}
 	c.nc = nc
+	if sc, ok := nc.(syscall.Conn); ok {
+		c.raw, _ = sc.SyscallConn()
+	}
 	c.rd = c.newReplyReader(nc, buf)
 	_ = nc.SetDeadline(c.deadline)
 	c.mu.Unlock()
@@ -490,17 +511,6 @@ func (c *conn) writeLoop() {
 	}
 }
 
-// build puts a group's headers and WRITE payloads into c.iov.
-func (c *conn) build(group []*chunk) {
-	v := &c.iov
-	for _, ch := range group {
-		putReqHeader(v.header(reqHeaderSize), reqHeader{op: ch.s.op, n: ch.n, id: ch.id, addr: ch.s.remote + ch.off})
-		if ch.s.op == opWrite {
-			v.payload(host.Bytes(ch.s.local+ch.off, uint64(ch.n)))
-		}
-	}
-}
-
 // flush sends what c.iov holds with one writev (or a few, for many
 // pieces), waiting for the socket and retrying after a stale deadline,
 // and empties it.
@@ -523,12 +533,8 @@ func (c *conn) flush(nc net.Conn) error {
 // reports whether that was all (else c.iov keeps the rest). A connection
 // without a descriptor (a test's wrapper) is written with flush.
 func (c *conn) tryFlush(nc net.Conn) (bool, error) {
-	sc, ok := nc.(syscall.Conn)
-	if !ok {
-		return true, c.flush(nc)
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := c.raw
+	if rc == nil {
 		return true, c.flush(nc)
 	}
 	v := &c.iov
@@ -536,16 +542,10 @@ func (c *conn) tryFlush(nc net.Conn) (bool, error) {
 		v.out = v.buffers()
 	}
 	for len(v.out) > 0 {
-		var n int
-		var werr error
-		err := rc.Write(func(fd uintptr) bool {
-			for {
-				n, werr = unix.Writev(int(fd), v.out[:min(len(v.out), iovMax)])
-				if werr != unix.EINTR {
-					return true // never wait
-				}
-			}
-		})
+		c.wn, c.werr = 0, nil
+		err := rc.Write(c.writev)
+		n, werr := c.wn, c.werr
+		c.werr = nil
 		if err == nil && werr != unix.EAGAIN {
 			err = werr
 		}
@@ -566,6 +566,19 @@ func (c *conn) tryFlush(nc net.Conn) (bool, error) {
 	return true, nil
 }
 
+// writevOnce is tryFlush's writev of c.iov.out on fd, which never
+// waits for the socket (c.writev, made once, so that a write allocates
+// nothing).
+func (c *conn) writevOnce(fd uintptr) bool {
+	v := &c.iov
+	for {
+		c.wn, c.werr = unix.Writev(int(fd), v.out[:min(len(v.out), iovMax)])
+		if c.werr != unix.EINTR {
+			return true
+		}
+	}
+}
+
 // consume drops the first n bytes of b.
 func consume(b *net.Buffers, n int) {
 	for len(*b) > 0 && n >= len((*b)[0]) {
@@ -582,7 +595,9 @@ func consume(b *net.Buffers, n int) {
 func (c *conn) newReplyReader(nc net.Conn, buf []byte) *bufReader {
 	rd := newBufReader(&clientSource{c: c, nc: nc}, replyHeaderSize, buf)
 	if sc, ok := nc.(syscall.Conn); ok {
-		rd.raw, _ = sc.SyscallConn()
+		if raw, err := sc.SyscallConn(); err == nil {
+			rd.setRaw(raw)
+		}
 		rd.count = &c.t.received
 		rd.onTimeout = c.payloadTimedOut
 	}

@@ -20,7 +20,7 @@ func (t *Transport) Raw(addr string, incarnation uint64, op core.Op, local, remo
 		deadline: time.Now().Add(timeout)}}
 	states[0].prepare(false)
 	t.inflight.Add(1)
-	t.start(states, func(int) (peerKey, string) { return peerKey{addr: addr, incarnation: incarnation}, "" })
+	t.start(states, nil, &peerOf{key: peerKey{addr: addr, incarnation: incarnation}})
 	return <-states[0].raw
 }
 
@@ -44,7 +44,7 @@ func (t *Transport) RawBatch(addr string, incarnation uint64, reqs []RawReq, tim
 		states[i].prepare(false)
 	}
 	t.inflight.Add(int64(len(states)))
-	t.start(states, func(int) (peerKey, string) { return peerKey{addr: addr, incarnation: incarnation}, "" })
+	t.start(states, nil, &peerOf{key: peerKey{addr: addr, incarnation: incarnation}})
 	errs := make([]error, len(states))
 	for i := range states {
 		errs[i] = <-states[i].raw
@@ -151,3 +151,15 @@ func (t *Transport) OnPastLimit(f func()) { t.onPastLimit = f }
 // connection's read side its reader goroutine takes it back; call it
 // before the first transfer.
 func (t *Transport) SetWatchDelay(d time.Duration) { t.watchDelay = d }
+
+// FreeSubmissions is how many submissions (the states of a Submit call)
+// wait to be reused.
+func (t *Transport) FreeSubmissions() int {
+	t.freeMu.Lock()
+	defer t.freeMu.Unlock()
+	n := 0
+	for _, l := range t.free {
+		n += len(l)
+	}
+	return n
+}

@@ -41,6 +41,52 @@ type bufReader struct {
 	r, w      int
 	hdr       int  // header size
 	large     bool // large payloads are coming: read one header at a time into buf
+
+	// The system calls raw runs, made once (setRaw) so that a read
+	// allocates nothing, and what they take and give back.
+	readOnce, readvOnce, pollOnce func(fd uintptr) bool
+	into                          []byte
+	iov                           [2][]byte
+	poll                          unix.Timespec
+	n                             int
+	err                           error
+}
+
+// setRaw makes the reader serve tryFill, awaitData and large payloads
+// with system calls on raw.
+func (b *bufReader) setRaw(raw syscall.RawConn) {
+	b.raw = raw
+	b.readOnce, b.readvOnce, b.pollOnce = b.readNow, b.readvNow, b.pollNow
+}
+
+// readNow reads b.into once, without waiting.
+func (b *bufReader) readNow(fd uintptr) bool {
+	for {
+		b.n, b.err = unix.Read(int(fd), b.into)
+		if b.err != unix.EINTR {
+			return true // never wait
+		}
+	}
+}
+
+// readvNow reads into b.iov; it asks to wait when the socket is empty.
+func (b *bufReader) readvNow(fd uintptr) bool {
+	for {
+		b.n, b.err = unix.Readv(int(fd), b.iov[:])
+		if b.err != unix.EINTR {
+			return b.err != unix.EAGAIN
+		}
+	}
+}
+
+// pollNow blocks in ppoll(2) on fd for up to b.poll.
+func (b *bufReader) pollNow(fd uintptr) bool {
+	fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Ppoll(fds[:], &b.poll, nil); err != unix.EINTR {
+			return true
+		}
+	}
 }
 
 // newBufReader reads src through buf, which has readBufSize bytes.
@@ -86,16 +132,10 @@ func (b *bufReader) tryFill() (bool, error) {
 	if len(room) == 0 {
 		return false, nil
 	}
-	var n int
-	var rerr error
-	err := b.raw.Read(func(fd uintptr) bool {
-		for {
-			n, rerr = unix.Read(int(fd), room)
-			if rerr != unix.EINTR {
-				return true // never wait
-			}
-		}
-	})
+	b.into, b.n, b.err = room, 0, nil
+	err := b.raw.Read(b.readOnce)
+	n, rerr := b.n, b.err
+	b.into, b.err = nil, nil
 	switch {
 	case err != nil:
 		return false, err
@@ -123,15 +163,8 @@ func (b *bufReader) awaitData(n int, d time.Duration) {
 	if b.raw == nil || b.w-b.r >= n || d <= 0 {
 		return
 	}
-	ts := unix.NsecToTimespec(d.Nanoseconds())
-	_ = b.raw.Read(func(fd uintptr) bool {
-		fds := [1]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-		for {
-			if _, err := unix.Ppoll(fds[:], &ts, nil); err != unix.EINTR {
-				return true
-			}
-		}
-	})
+	b.poll = unix.NsecToTimespec(d.Nanoseconds())
+	_ = b.raw.Read(b.pollOnce)
 }
 
 // fill reads until at least n bytes (n <= len(buf)) are buffered.
@@ -213,18 +246,13 @@ func (b *bufReader) readInto(dst []byte) error {
 // readv reads into a, then c, waiting for data (and honoring the
 // deadline, with onTimeout's second chance, as src does).
 func (b *bufReader) readv(a, c []byte) (int, error) {
-	iov := [][]byte{a, c}
+	b.iov = [2][]byte{a, c}
+	defer func() { b.iov = [2][]byte{} }() // no reference to registered memory outlives the read
 	for {
-		var n int
-		var rerr error
-		err := b.raw.Read(func(fd uintptr) bool {
-			for {
-				n, rerr = unix.Readv(int(fd), iov)
-				if rerr != unix.EINTR {
-					return rerr != unix.EAGAIN
-				}
-			}
-		})
+		b.n, b.err = 0, nil
+		err := b.raw.Read(b.readvOnce)
+		n, rerr := b.n, b.err
+		b.err = nil
 		if err == nil {
 			err = rerr
 		}

@@ -174,12 +174,25 @@ func TestTargetUninstallUnderLoad(t *testing.T) {
 	close(stop)
 	wait()
 
-	// Serving again (a fresh instance), the initiator recovers.
+	// Serving again (a fresh instance), the initiator recovers once the
+	// change has reached it: b pushes it over the control link, and until
+	// it arrives a's cached descriptor (refreshed during the load) may
+	// still list no tcp endpoint (Unsupported).
 	tb2 := tcp.New(tcp.Options{})
 	require.NoError(t, b.Install(tb2))
 	random(src)
-	code, _, err := run(t, a, []core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
-		Remote: host.Addr(dst), Len: 32 << 20}}, 10*time.Second)
+	var code status.Code
+	require.Eventually(t, func() bool {
+		bt, serr := a.Submit([]core.TransferRequest{{Op: core.OpWrite, Local: host.Addr(src), Segment: seg,
+			Remote: host.Addr(dst), Len: 32 << 20}}, core.TransferOptions{Timeout: 10 * time.Second})
+		if serr != nil {
+			code, err = status.CodeOf(serr), serr
+			return true
+		}
+		code, err = bt.Wait(-1)
+		a.ReleaseBatch(bt)
+		return code != status.Unsupported
+	}, 10*time.Second, time.Millisecond)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, src, dst)
 

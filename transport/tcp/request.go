@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,7 @@ type reqState struct {
 	// (staging.go's host-buffer copies) or Raw in the tests; such a
 	// request reports its result on raw instead.
 	r        *core.Request
+	sub      *submission // the states it was taken with, nil if not reused
 	raw      chan error
 	op       uint8
 	local    uint64
@@ -44,6 +46,7 @@ type reqState struct {
 	busy      int  // goroutines inside the local memory
 	dead      bool
 	completed bool
+	released  bool // given back to sub: completed, no chunk left, no goroutine inside
 	err       error
 }
 
@@ -98,10 +101,113 @@ func (s *reqState) settle(chunk, exit bool, err error) {
 		s.completed = true
 		err = s.err
 	}
+	// A dead request completes before its last chunks are answered; its
+	// state is given back only once no chunk or goroutine refers to it.
+	free := s.sub != nil && s.completed && s.remaining == 0 && s.busy == 0 && !s.released
+	if free {
+		s.released = true
+	}
 	s.mu.Unlock()
 	if fire {
 		s.complete(err)
 	}
+	if free {
+		s.sub.unref()
+	}
+}
+
+// hold keeps s from being reused until unhold, for a goroutine that found
+// it in t.reqs (under t.reqMu, where a state is only while it has not
+// completed, so its submission is still held by it).
+func (s *reqState) hold() {
+	if s.sub != nil {
+		s.sub.refs.Add(1)
+	}
+}
+
+func (s *reqState) unhold() {
+	if s.sub != nil {
+		s.sub.unref()
+	}
+}
+
+// submission holds the states and chunks of one Submit call, and is
+// reused by a later call once all of them are given back. Fresh state for
+// a batch of 128 requests is 22 KB of memory the runtime must clear, more
+// than the transport's own work on the batch (docs/BENCHMARKS.md).
+type submission struct {
+	t      *Transport
+	class  int // its place in t.free: 1<<class states
+	n      int // states in use
+	states []reqState
+	chunks []chunk
+	// refs counts the states in use not yet given back and the
+	// goroutines holding one of them (hold); the last to let go returns
+	// the submission to t.free.
+	refs atomic.Int32
+}
+
+const (
+	// subClasses: submissions of 1, 2, 4, ... 1<<(subClasses-1) states
+	// are reused; a larger Submit call allocates its own.
+	subClasses = 10
+	// subFree bounds the submissions kept per class (about one per
+	// batch in flight at once).
+	subFree = 4
+)
+
+// takeSubmission returns a submission for n requests (n > 0) and
+// nchunks chunks, reused if one is free; its states are to be set by the
+// caller.
+func (t *Transport) takeSubmission(n, nchunks int) *submission {
+	class := bits.Len(uint(n - 1)) // the least class with 1<<class >= n
+	var sub *submission
+	if class >= subClasses {
+		sub = &submission{t: t, class: -1, states: make([]reqState, n), chunks: make([]chunk, nchunks)}
+	} else {
+		t.freeMu.Lock()
+		if l := t.free[class]; len(l) > 0 {
+			sub = l[len(l)-1]
+			l[len(l)-1] = nil
+			t.free[class] = l[:len(l)-1]
+		}
+		t.freeMu.Unlock()
+	}
+	if sub == nil {
+		sub = &submission{t: t, class: class, states: make([]reqState, 1<<class), chunks: make([]chunk, 1<<class)}
+	}
+	sub.n = n
+	sub.refs.Store(int32(n))
+	return sub
+}
+
+// chunksFor returns room for n chunks: the submission's own, or new ones
+// for requests split into more chunks than it has.
+func (sub *submission) chunksFor(n int) []chunk {
+	if n <= len(sub.chunks) {
+		return sub.chunks[:n]
+	}
+	return make([]chunk, n)
+}
+
+func (sub *submission) unref() {
+	if sub.refs.Add(-1) != 0 {
+		return
+	}
+	if sub.class < 0 {
+		return
+	}
+	for i := range sub.states[:sub.n] {
+		s := &sub.states[i]
+		s.r, s.err = nil, nil // keep no batch or error alive while free
+		s.conn.Store(nil)
+	}
+	t := sub.t
+	t.freeMu.Lock()
+	if len(t.free[sub.class]) < subFree {
+		t.free[sub.class] = append(t.free[sub.class], sub)
+	}
+	t.freeMu.Unlock()
 }
 
 // markStaged records that the data went through host memory.

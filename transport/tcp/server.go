@@ -50,7 +50,9 @@ func (t *Transport) serve(nc net.Conn, _ string) {
 	s := &server{t: t, e: e, nc: nc, stall: e.Options().DefaultTimeout}
 	s.rd = newBufReader(serverSource{s}, reqHeaderSize, buf)
 	if sc, ok := nc.(syscall.Conn); ok {
-		s.rd.raw, _ = sc.SyscallConn()
+		if raw, err := sc.SyscallConn(); err == nil {
+			s.rd.setRaw(raw)
+		}
 		s.rd.count = &t.received
 	}
 	t.log.Debug("tcp connection accepted", "from", nc.RemoteAddr().String())

@@ -22,19 +22,19 @@ var errGone = errors.New("tcp: request ended while staging")
 // one piece at a time, on a goroutine: a WRITE piece is copied from the
 // GPU, then sent; a READ piece is received, then copied to the GPU. Each
 // request counts as one chunk, done when its last piece is.
-func (t *Transport) startStaged(states []reqState, key func(i int) (peerKey, string)) {
+func (t *Transport) startStaged(states []reqState, peers *peerOf) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		for i := range states {
-			states[i].kill(core.ErrUninstalled)
+			states[i].settleAll(core.ErrUninstalled)
 		}
 		return
 	}
-	t.goroutine(func() { t.runStaged(states, key) })
+	t.goroutine(func() { t.runStaged(states, peers) })
 }
 
-func (t *Transport) runStaged(states []reqState, key func(i int) (peerKey, string)) {
+func (t *Transport) runStaged(states []reqState, peers *peerOf) {
 	buf, err := unix.Mmap(-1, 0, stageSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 	if err != nil {
 		err = status.Errorf(status.NoMemory, "tcp: staging buffer of %d bytes: %v", stageSize, err)
@@ -49,7 +49,7 @@ func (t *Transport) runStaged(states []reqState, key func(i int) (peerKey, strin
 		t.stageBufs.Add(-1)
 	}()
 	for i := range states {
-		k, name := key(i)
+		k, name := peers.at(i)
 		s := &states[i]
 		err := t.stageOne(s, buf, k, name)
 		if err == nil {
@@ -89,7 +89,7 @@ func (t *Transport) stageOne(s *reqState, buf []byte, k peerKey, name string) er
 		sub := []reqState{{t: t, raw: make(chan error, 1), op: s.op, local: host, remote: s.remote + off, n: n, deadline: s.deadline}}
 		sub[0].prepare(false)
 		t.inflight.Add(1)
-		t.start(sub, func(int) (peerKey, string) { return k, name })
+		t.start(sub, nil, &peerOf{key: k, name: name})
 		if err := <-sub[0].raw; err != nil {
 			return err
 		}

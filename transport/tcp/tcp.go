@@ -47,6 +47,9 @@ type Transport struct {
 	reqMu sync.Mutex
 	reqs  map[*core.Request]*reqState // for Cancel
 
+	freeMu sync.Mutex
+	free   [subClasses][]*submission // submissions given back, by class, for Submit to reuse
+
 	conns      atomic.Int64
 	goroutines atomic.Int64
 	handlers   atomic.Int64
@@ -226,13 +229,25 @@ func (t *Transport) Submit(reqs []*core.Request) {
 			}
 		}
 	}
-	states := make([]reqState, len(order))
+	var states []reqState
+	var chunks []chunk
+	var sub *submission // nil: the states are not reused (staging holds them on its goroutine)
+	if direct == len(order) {
+		nchunks := 0
+		for _, r := range order {
+			nchunks += int((r.Len + chunkSize - 1) / chunkSize)
+		}
+		sub = t.takeSubmission(len(order), nchunks)
+		states, chunks = sub.states[:len(order)], sub.chunksFor(nchunks)
+	} else {
+		states = make([]reqState, len(order))
+	}
 	for i, r := range order {
 		op := opWrite
 		if r.Op == core.OpRead {
 			op = opRead
 		}
-		states[i] = reqState{t: t, r: r, op: op, local: r.Local, remote: r.Remote, n: r.Len, deadline: r.Deadline}
+		states[i] = reqState{t: t, r: r, sub: sub, op: op, local: r.Local, remote: r.Remote, n: r.Len, deadline: r.Deadline}
 		states[i].prepare(i >= direct)
 	}
 	// Counted and prepared before Cancel can find them.
@@ -242,16 +257,33 @@ func (t *Transport) Submit(reqs []*core.Request) {
 		t.reqs[r] = &states[i]
 	}
 	t.reqMu.Unlock()
-	key := func(i int) (peerKey, string) {
-		r := order[i]
-		return peerKey{addr: tcpAddr(r.Desc), incarnation: r.Desc.Incarnation}, r.Peer.Name()
-	}
 	if direct > 0 {
-		t.start(states[:direct], key)
+		peers := peerOf{reqs: order[:direct]}
+		t.start(states[:direct], chunks, &peers)
 	}
 	if direct < len(states) {
-		t.startStaged(states[direct:], func(i int) (peerKey, string) { return key(direct + i) })
+		t.startStaged(states[direct:], &peerOf{reqs: order[direct:]})
 	}
+}
+
+// peerOf names the peer of each request given to start: that of
+// reqs[i], or key and name for every request when reqs is nil.
+type peerOf struct {
+	reqs []*core.Request
+	key  peerKey
+	name string
+	desc *wire.SegmentDesc // the descriptor key was made from
+}
+
+func (p *peerOf) at(i int) (peerKey, string) {
+	if p.reqs == nil {
+		return p.key, p.name
+	}
+	r := p.reqs[i]
+	if r.Desc != p.desc { // a batch's requests to one peer share its descriptor
+		p.desc, p.key = r.Desc, peerKey{addr: tcpAddr(r.Desc), incarnation: r.Desc.Incarnation}
+	}
+	return p.key, r.Peer.Name()
 }
 
 // Cancel drops the requests as soon as no goroutine is inside their local
@@ -261,6 +293,7 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 	t.reqMu.Lock()
 	for _, r := range reqs {
 		if s := t.reqs[r]; s != nil {
+			s.hold()
 			states = append(states, s)
 		}
 	}
@@ -271,6 +304,7 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 		if c := s.conn.Load(); c != nil {
 			c.kickCaller() // a caller reading for this batch looks up
 		}
+		s.unhold()
 	}
 }
 
@@ -282,11 +316,16 @@ func (t *Transport) Cancel(reqs []*core.Request) {
 func (t *Transport) Help(r *core.Request, done <-chan struct{}, until time.Time) {
 	t.reqMu.Lock()
 	s := t.reqs[r]
+	if s != nil {
+		s.hold()
+	}
 	t.reqMu.Unlock()
 	if s == nil {
 		return
 	}
-	if c := s.conn.Load(); c != nil {
+	c := s.conn.Load()
+	s.unhold()
+	if c != nil {
 		c.help(done, until)
 	}
 }
@@ -307,7 +346,10 @@ type pool struct {
 	conns []*conn
 	cur   int    // stream being filled
 	fill  uint64 // bytes given to it
-	spill [][]*chunk
+	// spill holds, per stream, the chunks start is about to queue there
+	// (under t.mu; kept empty between calls, its room reused).
+	spill   [][]*chunk
+	touched bool // start has chunks for it in spill
 }
 
 // prepare sets the chunks the request will count down: one for a request
@@ -321,14 +363,17 @@ func (s *reqState) prepare(staged bool) {
 	}
 }
 
-// start splits prepared requests into chunks and queues them. key gives
-// the peer of request i.
-func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) {
+// start splits prepared requests into chunks and queues them, in chunks
+// if it has room for them all (else in new memory). peers gives the peer
+// of request i.
+func (t *Transport) start(states []reqState, chunks []chunk, peers *peerOf) {
 	total := 0
 	for i := range states {
 		total += int((states[i].n + chunkSize - 1) / chunkSize)
 	}
-	chunks := make([]chunk, total)
+	if len(chunks) < total {
+		chunks = make([]chunk, total)
+	}
 	var failed []*reqState
 	var failErr []error
 	now := time.Now()
@@ -337,18 +382,19 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 	if t.closed {
 		t.mu.Unlock()
 		for i := range states {
-			states[i].kill(core.ErrUninstalled)
+			states[i].settleAll(core.ErrUninstalled)
 		}
 		return
 	}
 	var p *pool
-	var touched []*pool
+	var touchedBuf [4]*pool
+	touched := touchedBuf[:0]
 	var firstPool *pool // the stream of the first chunk: the one a waiting caller reads (Help)
 	firstSlot := 0
 	next := 0
 	for i := range states {
 		s := &states[i]
-		k, name := key(i)
+		k, name := peers.at(i)
 		switch {
 		case !s.deadline.IsZero() && !now.Before(s.deadline):
 			failed, failErr = append(failed, s), append(failErr, status.Errorf(status.Timeout, "tcp: deadline passed before the request was sent"))
@@ -359,8 +405,8 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 		}
 		if p == nil || p.key != k {
 			p = t.poolLocked(k, name)
-			if p.spill == nil {
-				p.spill = make([][]*chunk, len(p.conns))
+			if !p.touched {
+				p.touched = true
 				touched = append(touched, p)
 			}
 		}
@@ -404,8 +450,10 @@ func (t *Transport) start(states []reqState, key func(i int) (peerKey, string)) 
 					break
 				}
 			}
+			clear(cs)
+			p.spill[i] = cs[:0]
 		}
-		p.spill = nil
+		p.touched = false
 	}
 	t.mu.Unlock()
 	for _, c := range inline {
@@ -431,7 +479,7 @@ func (t *Transport) poolLocked(k peerKey, name string) *pool {
 	if p := t.pools[k]; p != nil {
 		return p
 	}
-	p := &pool{key: k, name: name, conns: make([]*conn, max(1, t.streams))}
+	p := &pool{key: k, name: name, conns: make([]*conn, max(1, t.streams)), spill: make([][]*chunk, max(1, t.streams))}
 	t.pools[k] = p
 	return p
 }
