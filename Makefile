@@ -205,10 +205,11 @@ test-c: $(C_TESTS) $(BUILD)/demo_register
 # PROT_NONE, read-only and page-straddling pointers and absurd sizes, one
 # process per case (tests/c/test_badinput.c); check_badinput_args.py fails
 # if a pointer parameter of tent.h has no entry in it.
-test-badinput: $(BUILD)/tests/test_badinput $(BUILD)/tests/test_badstate
+test-badinput: $(BUILD)/tests/test_badinput $(BUILD)/tests/test_badstate $(BUILD)/tests/test_alias
 	$(PYTHON) tests/c/check_badinput_args.py $(HEADER) tests/c/test_badinput.c
 	./$(BUILD)/tests/test_badinput
 	./$(BUILD)/tests/test_badstate
+	./$(BUILD)/tests/test_alias
 
 # ---- NVML in libtent.so (go-nvml through cuda/nvmlinfo/forward) ----------
 # No undefined or exported nvml* symbol; Python (RTLD_NOW, LD_BIND_NOW=1) and

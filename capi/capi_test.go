@@ -434,12 +434,14 @@ func TestRegisterMisuse(t *testing.T) {
 
 	info, r := cRegionInfo(e, reg, 0)
 	require.Equal(t, status.OK, r.Code, r.Msg)
-	require.Equal(t, regionInfo{Size: 56, Flags: rw, Addr: uint64(buf), Len: 4096, Location: "cpu"}, info)
-	// A newer caller's larger struct is filled up to what this library knows.
+	require.Equal(t, regionInfo{Size: 56, Flags: rw, Addr: uint64(buf), Len: 4096, Location: "cpu", Tail: []byte{}}, info)
+	// A newer caller's larger struct is filled up to what this library
+	// knows, and the rest is zeroed: its fields read "not set".
 	info, r = cRegionInfo(e, reg, 200)
 	require.Equal(t, status.OK, r.Code, r.Msg)
 	require.EqualValues(t, 200, info.Size)
 	require.Equal(t, "cpu", info.Location)
+	require.Equal(t, make([]byte, 200-56), info.Tail)
 
 	// Unregister, twice, and a NULL region.
 	require.Equal(t, status.OK, cUnregister(e, 0).Code, "NULL region is a no-op")

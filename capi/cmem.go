@@ -273,3 +273,45 @@ func readArray[T any](a uintptr, n uint64, max uint64, what string, visit func(i
 	}
 	return nil
 }
+
+// outRange is caller memory an export may write: n bytes of an out-parameter.
+type outRange struct {
+	addr uintptr
+	n    uint64
+	what string
+}
+
+// disjoint refuses out-parameters that overlap: one result would overwrite
+// another (an address over a handle, a length over a message), so the
+// caller would lose it without an error. Called after the probes, which
+// bound every range inside the address space; NULL and empty ones never
+// overlap.
+func disjoint(outs ...outRange) error {
+	for i, a := range outs {
+		for _, b := range outs[i+1:] {
+			if a.addr == 0 || b.addr == 0 || a.n == 0 || b.n == 0 {
+				continue
+			}
+			if uint64(a.addr) < uint64(b.addr)+b.n && uint64(b.addr) < uint64(a.addr)+a.n {
+				return status.Errorf(status.InvalidArgument,
+					"%s (%d bytes at %#x) and %s (%d bytes at %#x) overlap: each needs memory of its own",
+					a.what, a.n, a.addr, b.what, b.n, b.addr)
+			}
+		}
+	}
+	return nil
+}
+
+// writeStruct writes v, a struct of this library's layout, to the caller's
+// versioned out-struct at a, whose size field says it is size bytes: the
+// bytes past what this library knows (a newer caller's fields) are zeroed,
+// so such a caller reads "not set" there, not its own garbage. The whole
+// struct is probed first, so a failure leaves it untouched.
+func writeStruct[T any](a uintptr, size uint32, v T, what string) error {
+	if err := probeWritable(a, uint64(size), what); err != nil {
+		return err
+	}
+	b := make([]byte, size)
+	copy(b, asBytes(&v))
+	return writeFrom(a, b, what)
+}

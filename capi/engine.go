@@ -322,7 +322,7 @@ func tentgo_engine_stats(id C.uint64_t, out C.uintptr_t) (st C.tent_status) {
 		return fail(err)
 	}
 	s := e.stats()
-	if err := writeValue(uintptr(out), C.tent_stats{
+	if err := writeStruct(uintptr(out), uint32(size), C.tent_stats{
 		size:               size,
 		regions:            C.uint64_t(s.Regions),
 		registered_bytes:   C.uint64_t(s.RegisteredBytes),

@@ -287,7 +287,7 @@ func tentgo_region_get_info(id C.uint64_t, rid C.uint64_t, info C.uintptr_t) (st
 	for i := 0; i < len(loc); i++ {
 		v.location[i] = C.char(loc[i])
 	}
-	if err := writeValue(uintptr(info), v, "info"); err != nil {
+	if err := writeStruct(uintptr(info), uint32(size), v, "info"); err != nil {
 		return fail(err)
 	}
 	return ok()

@@ -72,6 +72,9 @@ func tentgo_alloc(id C.uint64_t, size C.size_t, loc C.uintptr_t, flags C.uint32_
 	if err := requireOut(uintptr(out), 8, "region_out"); err != nil {
 		return fail(err)
 	}
+	if err := disjoint(outRange{uintptr(addrOut), 8, "addr_out"}, outRange{uintptr(out), 8, "region_out"}); err != nil {
+		return fail(err)
+	}
 	l, set, err := readString(uintptr(loc), maxStringLen, "location")
 	if err != nil {
 		return fail(err)
@@ -363,6 +366,9 @@ func copyStatuses(b *core.Batch, out uintptr, n C.size_t, completed uintptr) (co
 	if err := optionalOut(completed, 8, "completed_out"); err != nil {
 		return 0, nil, err
 	}
+	if err := disjoint(outRange{out, k*C.sizeof_tent_request_status, "out"}, outRange{completed, 8, "completed_out"}); err != nil {
+		return 0, nil, err
+	}
 	tmp := make([]core.RequestStatus, k)
 	code, done, berr := b.Status(tmp)
 	if code == 0 && berr != nil {
@@ -541,6 +547,11 @@ func tentgo_notify_recv(id C.uint64_t, timeoutMs C.int64_t, buf C.uintptr_t, cap
 		return fail(err)
 	}
 	if err := sizedOut(uintptr(from), uint64(fromCap), "from_cap", min(uint64(fromCap), wire.MaxNameLen+1), "from"); err != nil {
+		return fail(err)
+	}
+	if err := disjoint(outRange{uintptr(lenOut), 8, "len_out"},
+		outRange{uintptr(buf), min(uint64(capacity), core.MaxNotifyLen), "buf"},
+		outRange{uintptr(from), min(uint64(fromCap), wire.MaxNameLen+1), "from"}); err != nil {
 		return fail(err)
 	}
 	timeout := e.core.Options().DefaultTimeout

@@ -131,6 +131,9 @@ func copyOut(buf uintptr, capacity C.size_t, lenOut uintptr, s string) error {
 	if err := sizedOut(buf, uint64(capacity), "cap", written, "buf"); err != nil {
 		return err
 	}
+	if err := disjoint(outRange{lenOut, 8, "len_out"}, outRange{buf, written, "buf"}); err != nil {
+		return err
+	}
 	if lenOut != 0 {
 		if err := writeValue(lenOut, C.size_t(len(s)), "len_out"); err != nil {
 			return err

@@ -25,11 +25,19 @@
  *   it may be NULL (then nothing is written there). An output buffer or
  *   array passed with its size (buf and cap, out and n) may be NULL only
  *   when the size is 0. The same holds for input pointers that must not be
- *   NULL.
+ *   NULL. The out-parameters of one call must not overlap each other (as
+ *   far as the call may write them: buf up to the bytes of its result or
+ *   of its documented bound, an array up to the entries written): one
+ *   result would overwrite another, so that is TENT_ERR_INVALID_ARGUMENT
+ *   naming both, before anything is created or dequeued. An out-parameter
+ *   may overlap an input: inputs are copied before anything is written.
  * - tent_last_error() explains the most recent failure on the calling
  *   thread. The return code is the truth; the message explains it.
  * - Options structs start with a `size` field (set it to sizeof the struct,
  *   or use the *_INIT macro); a NULL options pointer means defaults.
+ *   Output structs with a `size` field (tent_stats, tent_region_info) are
+ *   written whole or not at all, all `size` bytes: the bytes past the
+ *   struct this library knows (a newer caller's fields) are set to zero.
  *
  * Ownership
  * ---------

@@ -388,24 +388,34 @@ type RegionInfo struct {
 	Flags     uint32
 	Addr, Len uint64
 	Location  string
+	Tail      []byte // the bytes past sizeof(tent_region_info), up to Size
 }
 
 // RegionGetInfo calls tent_region_get_info with info.size = size (0 means
-// sizeof).
+// sizeof) in C memory of that size (at most 4096 bytes), filled with 0xAB
+// first, as a newer caller's larger struct would be.
 func RegionGetInfo(e, reg uint64, size uint32) (RegionInfo, Result) {
-	var info C.tent_region_info
+	n := C.size_t(C.sizeof_tent_region_info)
+	if size > uint32(n) && size <= 4096 {
+		n = C.size_t(size)
+	}
+	p := C.malloc(n)
+	defer C.free(p)
+	C.memset(p, 0xAB, n)
+	info := (*C.tent_region_info)(p)
 	info.size = C.sizeof_tent_region_info
 	if size != 0 {
 		info.size = C.uint32_t(size)
 	}
 	info.flags = 0xdead
-	r := call(func() C.tent_status { return C.ccall_region_info(C.uint64_t(e), C.uint64_t(reg), &info) })
+	r := call(func() C.tent_status { return C.ccall_region_info(C.uint64_t(e), C.uint64_t(reg), info) })
 	return RegionInfo{
 		Size:     uint32(info.size),
 		Flags:    uint32(info.flags),
 		Addr:     uint64(info.addr),
 		Len:      uint64(info.len),
 		Location: C.GoString(&info.location[0]),
+		Tail:     C.GoBytes(unsafe.Add(p, C.sizeof_tent_region_info), C.int(n-C.sizeof_tent_region_info)),
 	}, r
 }
 
