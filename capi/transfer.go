@@ -366,7 +366,7 @@ func copyStatuses(b *core.Batch, out uintptr, n C.size_t, completed uintptr) (co
 	if err := optionalOut(completed, 8, "completed_out"); err != nil {
 		return 0, nil, err
 	}
-	if err := disjoint(outRange{out, k*C.sizeof_tent_request_status, "out"}, outRange{completed, 8, "completed_out"}); err != nil {
+	if err := disjoint(outRange{out, k * C.sizeof_tent_request_status, "out"}, outRange{completed, 8, "completed_out"}); err != nil {
 		return 0, nil, err
 	}
 	tmp := make([]core.RequestStatus, k)
