@@ -132,6 +132,7 @@ type Engine struct {
 	mem           *memory.Layer
 	machine       string       // MachineID, read once at creation
 	duplicateDone atomic.Int64 // completions reported twice (transport bugs)
+	slabs         slabs        // Request values of released batches, for reuse
 	log           *slog.Logger // Options.Logger with the engine's name
 
 	mu          sync.Mutex
@@ -345,7 +346,8 @@ func (e *Engine) Install(t Transport) error {
 		}
 		delete(e.unavailable, name)
 		spec, _ := e.available.lookup(name)
-		e.transports = append(e.transports, &installed{t: t, id: spec.ID})
+		_, forgets := t.(Forgetter)
+		e.transports = append(e.transports, &installed{t: t, id: spec.ID, forgets: forgets})
 		e.refreshMovers()
 		e.generation++ // the descriptor lists a new endpoint
 	}
@@ -550,6 +552,7 @@ func (e *Engine) Close() error {
 	e.peers = map[string]*Peer{}
 	e.mu.Unlock()
 	e.links.closeAll()
+	e.slabs.drop()
 	for a := range allocs {
 		if inUse(busy, a) {
 			continue

@@ -6,3 +6,11 @@ func (e *Engine) CheckIndex() error { return e.checkIndex() }
 // Users exposes how many transfers hold the region right now, so that
 // external tests can wait for a peer's copy to be inside it.
 func (r *Region) Users() int64 { return r.users.Load() }
+
+// RequestAt is request i of the batch, for tests that check which
+// Request values a batch was given (reuse after ReleaseBatch).
+func (b *Batch) RequestAt(i int) *Request { return &b.reqs[i] }
+
+// CallsInProgress is how many calls of the caller's (Status, Wait,
+// Cancel) are inside the batch now.
+func (b *Batch) CallsInProgress() int64 { return b.uses.Load() / useOne }

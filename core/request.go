@@ -48,7 +48,8 @@ type TransferOptions struct {
 // Mover is a transport that moves data. Submit returns at once; the mover
 // then calls Done exactly once per request, at the latest shortly after the
 // request's Deadline. After Done the mover must not touch the request's
-// memory again.
+// memory again; a mover that does not touch the request itself either
+// says so (Forgetter), and its batches' requests are reused.
 type Mover interface {
 	Transport
 	// Eligible reports whether the mover can serve r; cheap, never blocks.
@@ -117,6 +118,19 @@ const (
 	// submitting goroutine of a Waiting batch, which will call Help next.
 	reqCallerWaits
 )
+
+// reset clears what a previous batch left in a reused request and Submit
+// does not set itself.
+func (r *Request) reset() {
+	r.Desc, r.RemoteRegion = nil, nil
+	r.mover.Store(nil)
+	r.bytes.Store(0)
+	r.attempts.Store(0)
+	r.transport.Store(0)
+	r.flags.Store(0)
+	r.nic.Store(0)
+	r.state.Store(0)
+}
 
 func (r *Request) isSettled() bool { return r.state.Load()&reqSettled != 0 }
 
@@ -194,15 +208,90 @@ type Batch struct {
 	notify   []byte
 
 	pending   atomic.Int64 // requests without a final status
-	unsettled atomic.Int64 // requests a mover (or routing) still holds
+	unsettled atomic.Int64 // requests a mover (or routing) still holds, and movers' Submit calls in progress
 	done      chan struct{}
 	settledCh chan struct{}
 	timer     *time.Timer
 
-	mu        sync.Mutex
-	errs      map[int]error
-	notifyErr error
+	// uses counts the caller's calls in progress (Status, Wait, Cancel),
+	// in units of useOne, above the bits batchReleased and batchRecycled.
+	uses atomic.Int64
+	// keep: the requests must not be reused (some attempt went to a mover
+	// that is not a Forgetter, or the engine was closing at release).
+	keep atomic.Bool
+
+	mu           sync.Mutex
+	timerStopped bool // allFinal stopped the deadline timer before it fired
+	errs         map[int]error
+	notifyErr    error
 }
+
+// Bits and unit of Batch.uses.
+const (
+	batchReleased int64 = 1 << iota // ReleaseBatch was called
+	batchRecycled                   // the requests went back to the engine's slabs
+	useOne
+)
+
+// enter counts a call of the caller's on the batch; false once its
+// requests belong to the engine again (released and reused).
+func (b *Batch) enter() bool {
+	for {
+		u := b.uses.Load()
+		if u&batchRecycled != 0 {
+			return false
+		}
+		if b.uses.CompareAndSwap(u, u+useOne) {
+			return true
+		}
+	}
+}
+
+// exit ends an enter; the last call out of a released batch recycles it.
+func (b *Batch) exit() {
+	if b.uses.Add(-useOne) == batchReleased {
+		b.recycle()
+	}
+}
+
+// release marks the batch released (ReleaseBatch) and recycles it unless a
+// call is still in progress.
+func (b *Batch) release() {
+	if b.uses.Or(batchReleased) == 0 {
+		b.recycle()
+	}
+}
+
+// recycle gives the batch's requests back to the engine's slabs when
+// nothing can reach them any more: the caller released the batch and no
+// call of its is in progress (uses), every request is final (done: no
+// notification goroutine, no finish) and settled (no mover holds one, no
+// mover's Submit is running), every attempt went to a Forgetter (keep),
+// and the deadline timer was stopped before it fired (its expire never
+// runs). Otherwise the garbage collector takes them, as before reuse.
+func (b *Batch) recycle() {
+	if b.keep.Load() {
+		return
+	}
+	select {
+	case <-b.settledCh:
+	default:
+		return
+	}
+	select {
+	case <-b.done:
+	default:
+		return
+	}
+	b.mu.Lock()
+	stopped := b.timerStopped
+	b.mu.Unlock()
+	if stopped && b.uses.CompareAndSwap(batchReleased, batchReleased|batchRecycled) {
+		b.e.slabs.put(b.reqs)
+	}
+}
+
+var errReleased = status.Errorf(status.InvalidHandle, "batch was released")
 
 // Len returns the number of requests.
 func (b *Batch) Len() int { return len(b.reqs) }
@@ -222,8 +311,14 @@ type RequestStatus struct {
 }
 
 // Status copies the request statuses into out and returns the batch
-// outcome: OK, Pending, or the first failure.
+// outcome: OK, Pending, or the first failure. After ReleaseBatch it may
+// report InvalidHandle (errReleased), as may Wait and Cancel: the requests
+// may belong to a later batch by then.
 func (b *Batch) Status(out []RequestStatus) (status.Code, int, error) {
+	if !b.enter() {
+		return status.InvalidHandle, 0, errReleased
+	}
+	defer b.exit()
 	completed := 0
 	firstErr := -1
 	for i := range b.reqs {
@@ -286,6 +381,10 @@ func (b *Batch) setError(i int, err error) {
 // (negative: the batch deadline plus a grace period). Either way the
 // waiting goroutine is lent to the mover first (Helper).
 func (b *Batch) Wait(timeout time.Duration) (status.Code, error) {
+	if !b.enter() {
+		return status.InvalidHandle, errReleased
+	}
+	defer b.exit()
 	select {
 	case <-b.done: // finished already: no timer
 		c, _, err := b.Status(nil)
@@ -383,7 +482,7 @@ func (b *Batch) settle() {
 func (b *Batch) allFinal() {
 	b.mu.Lock()
 	if b.timer != nil {
-		b.timer.Stop()
+		b.timerStopped = b.timer.Stop()
 	}
 	b.mu.Unlock()
 	if len(b.notify) == 0 {
@@ -421,6 +520,10 @@ func (b *Batch) expire(code status.Code, why string) {
 // requests, so no transfer touches local memory afterwards. It reports
 // whether they all did.
 func (b *Batch) Cancel() bool {
+	if !b.enter() {
+		return true // released and reused: nothing of it was held
+	}
+	defer b.exit()
 	b.expire(status.Canceled, "batch destroyed while in flight")
 	b.e.cancelMovers(b)
 	t := time.NewTimer(addGrace(time.Until(b.deadline), 2*time.Second))

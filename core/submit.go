@@ -38,9 +38,10 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	if timeout <= 0 {
 		timeout = e.opts.DefaultTimeout
 	}
+	slab, reused := e.slabs.get(len(reqs))
 	b := &Batch{
 		e:         e,
-		reqs:      make([]Request, len(reqs)),
+		reqs:      slab,
 		deadline:  time.Now().Add(timeout),
 		done:      make(chan struct{}),
 		settledCh: make(chan struct{}),
@@ -54,6 +55,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		r := &b.reqs[i]
 		if err := e.checkRequest(tr); err != nil {
 			b.releaseLocal(i)
+			e.slabs.put(b.reqs) // no one else saw it
 			return nil, status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
 		}
 		var err error
@@ -63,7 +65,11 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		}
 		if err != nil {
 			b.releaseLocal(i)
+			e.slabs.put(b.reqs)
 			return nil, status.Errorf(status.CodeOf(err), "request %d: local memory: %w", i, err)
+		}
+		if reused {
+			r.reset()
 		}
 		// Field by field: copying a whole Request value would run the
 		// bulk write barrier over every pointer in it.
@@ -285,8 +291,18 @@ func checkRemote(d *wire.SegmentDesc, r *Request, prev *wire.RegionDesc) (*wire.
 	return rr, nil
 }
 
-// dispatch hands requests to a mover, or fails them if it is uninstalled.
+// dispatch hands requests (of one batch) to a mover, or fails them if it
+// is uninstalled. The batch counts the call as a request still held, so it
+// cannot settle, and its requests cannot be reused, while the mover's
+// Submit runs: a mover may look at a request in Submit after it called
+// Done for it.
 func (e *Engine) dispatch(m *installed, rs []*Request) {
+	b := rs[0].batch
+	if !m.forgets {
+		b.keep.Store(true)
+	}
+	b.unsettled.Add(1)
+	defer b.settle()
 	id := m.id
 	for _, r := range rs {
 		r.mover.Store(m)
@@ -389,10 +405,18 @@ func (e *Engine) batchSettled(b *Batch) {
 }
 
 // ReleaseBatch forgets a batch whose requests are all settled or canceled.
+// Its requests may then serve a later batch (see Forgetter), so the
+// caller must not use the batch afterwards: its Status, Wait and Cancel
+// may report InvalidHandle. A call of them in progress finishes first.
 func (e *Engine) ReleaseBatch(b *Batch) {
 	e.mu.Lock()
 	delete(e.batches, b)
+	closed := e.closed
 	e.mu.Unlock()
+	if closed {
+		b.keep.Store(true) // Close may still expire it
+	}
+	b.release()
 }
 
 // group is the requests of one key, in their order.

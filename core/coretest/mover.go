@@ -63,6 +63,13 @@ func complete(r *core.Request, err error) {
 	r.Done(r.Len, nil)
 }
 
+// ForgetsRequests: the mover completes each request once (Submit, or
+// ReleaseAll / Uninstall for held ones, which it then drops), so its
+// engine reuses released batches' requests (core.Forgetter). A fake that
+// embeds Mover inherits the promise: one that completes late or twice
+// outside Submit must not embed it.
+func (m *Mover) ForgetsRequests() {}
+
 func (m *Mover) Eligible(r *core.Request) bool {
 	m.mu.Lock()
 	f := m.eligible

@@ -404,6 +404,11 @@ func isCUDALoc(loc string) bool { return loc == "cuda" || strings.HasPrefix(loc,
 // the only memory whose handle it exports), or elsewhere on the NVLink
 // fabric (a region with a fabric handle). Other remote GPU memory is left
 // to transports that stage through host memory (tcp).
+// ForgetsRequests: a job completes each request once (job.finish, guarded
+// by done[i], removing it from active before Done) and reads a request
+// only before finishing it (core.Forgetter).
+func (t *Transport) ForgetsRequests() {}
+
 func (t *Transport) Eligible(r *core.Request) bool {
 	if t.down.Load() {
 		return false

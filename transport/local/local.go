@@ -30,6 +30,10 @@ func (t *Transport) UnregisterMemory([]*core.Region) error { return nil }
 
 // Eligible: the peer lives in this process and both sides are host memory
 // (GPU memory needs the cuda transport's copy engine).
+// ForgetsRequests: each request is copied and completed once, on the
+// goroutine that copies it, and not looked at afterwards (core.Forgetter).
+func (t *Transport) ForgetsRequests() {}
+
 func (t *Transport) Eligible(r *core.Request) bool {
 	return r.Peer.Local() != nil && !r.LocalRegion.Loc.IsCUDA() &&
 		!strings.HasPrefix(r.RemoteRegion.Location, "cuda")

@@ -136,6 +136,12 @@ func (t *Transport) routeFor(r *core.Request) (route, bool) {
 // Eligible reports whether rdma can serve r: the peer publishes an rdma
 // endpoint and keys for the region, and the local memory is registered
 // with this transport's NICs.
+// ForgetsRequests: a request's pending reports Done once, when its last
+// work request completes (each work request completes once: whoever takes
+// it out of the NIC's in-flight table or a queue completes it), and
+// MarkNIC comes before that Done (core.Forgetter).
+func (t *Transport) ForgetsRequests() {}
+
 func (t *Transport) Eligible(r *core.Request) bool {
 	_, ok := t.routeFor(r)
 	return ok

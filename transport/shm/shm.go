@@ -267,6 +267,13 @@ func (t *Transport) revokeGrants(match func(*core.Region) bool) {
 	}
 }
 
+// ForgetsRequests: a job touches a request only until it calls Done for
+// it (complete reports each one once, in order, and the job then only
+// compares request pointers: putJob's queued entry, Cancel's and Help's
+// lookups), so core may reuse a released batch's requests
+// (core.Forgetter).
+func (t *Transport) ForgetsRequests() {}
+
 // Eligible: same machine, the peer runs an shm listener, host memory on
 // both sides. Memory the peer did not allocate with tent_alloc needs
 // process_vm, which is skipped for a peer whose kernel refused it before.

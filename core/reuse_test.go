@@ -1,0 +1,249 @@
+package core_test
+
+import (
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/core/coretest"
+	"github.com/tent-dev/tent/memory/host"
+	"github.com/tent-dev/tent/status"
+)
+
+// reuseSetup is an engine with only the given mover installed and four
+// requests of 8 bytes to a peer.
+func reuseSetup(t *testing.T, m core.Mover) (*core.Engine, []core.TransferRequest) {
+	t.Helper()
+	a := newLocalEngine(t, core.Options{})
+	require.NoError(t, a.Uninstall("local"))
+	require.NoError(t, a.Install(m))
+	return a, requestsFrom(t, a)
+}
+
+func requestsFrom(t *testing.T, a *core.Engine) []core.TransferRequest {
+	t.Helper()
+	b := newLocalEngine(t, core.Options{})
+	src, _ := buf(t, a, 4096, 0)
+	dst, _ := buf(t, b, 4096, core.PermRemoteWrite|core.PermRemoteRead)
+	seg, err := a.OpenSegment(b.Name())
+	require.NoError(t, err)
+	reqs := make([]core.TransferRequest, 4)
+	for i := range reqs {
+		o := uint64(i) * 8
+		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src) + o, Segment: seg, Remote: host.Addr(dst) + o, Len: 8}
+	}
+	return reqs
+}
+
+func submitOK(t *testing.T, a *core.Engine, reqs []core.TransferRequest, o core.TransferOptions) *core.Batch {
+	t.Helper()
+	b, err := a.Submit(reqs, o)
+	require.NoError(t, err)
+	return b
+}
+
+func requireAllOK(t *testing.T, b *core.Batch) {
+	t.Helper()
+	code, err := b.Wait(10 * time.Second)
+	require.Equal(t, status.OK, code, "%v", err)
+	st := make([]core.RequestStatus, b.Len())
+	code, n, err := b.Status(st)
+	require.Equal(t, status.OK, code, "%v", err)
+	require.Equal(t, b.Len(), n)
+	for i, s := range st {
+		require.Equal(t, core.RequestStatus{Code: status.OK, Bytes: 8}, core.RequestStatus{Code: s.Code, Bytes: s.Bytes}, "request %d", i)
+	}
+}
+
+// A released batch whose requests went to a Forgetter gives its Request
+// values to the next batch of its size, cleared of everything the first
+// batch left, and reports itself released from then on.
+func TestReleasedRequestsServeTheNextBatch(t *testing.T) {
+	m := coretest.NewMover("forgets")
+	a, reqs := reuseSetup(t, m)
+	first := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.Entered()
+	requireAllOK(t, first)
+	old := first.RequestAt(0)
+	a.ReleaseBatch(first)
+	code, _, err := first.Status(nil)
+	require.Equal(t, status.InvalidHandle, code)
+	require.ErrorIs(t, err, status.ErrInvalidHandle)
+
+	m.Hold()
+	next := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.Entered()
+	require.Same(t, old, next.RequestAt(0), "the released batch's requests were not reused")
+	st := make([]core.RequestStatus, next.Len())
+	code, n, _ := next.Status(st)
+	require.Equal(t, status.Pending, code)
+	require.Zero(t, n)
+	for i, s := range st {
+		require.Equal(t, core.RequestStatus{Code: status.Pending, Transport: s.Transport}, s, "request %d kept a value of the first batch", i)
+		require.Equal(t, i, next.RequestAt(i).Index())
+	}
+	m.ReleaseAll()
+	requireAllOK(t, next)
+	a.ReleaseBatch(next)
+	require.Zero(t, a.Stats().DuplicateCompletions)
+}
+
+// lateMover is a mover that is not a Forgetter: it completes what it is
+// given, and keeps the requests so that the test can complete them again
+// later, as a buggy transport might. With hold set it keeps new requests
+// pending until release.
+type lateMover struct {
+	*coretest.Fake
+	mu      sync.Mutex
+	hold    bool
+	seen    []*core.Request
+	held    []*core.Request
+	entered chan struct{}
+}
+
+func (m *lateMover) Eligible(*core.Request) bool { return true }
+
+func (m *lateMover) Submit(reqs []*core.Request) {
+	m.mu.Lock()
+	m.seen = append(m.seen, reqs...)
+	hold := m.hold
+	if hold {
+		m.held = append(m.held, reqs...)
+	}
+	m.mu.Unlock()
+	if !hold {
+		for _, r := range reqs {
+			r.Done(r.Len, nil)
+		}
+	}
+	m.entered <- struct{}{}
+}
+
+func (m *lateMover) completeAgain(rs []*core.Request, err error) {
+	for _, r := range rs {
+		r.Done(0, err)
+	}
+}
+
+// A mover that is not a Forgetter may complete a request after its batch
+// was released: that Done must land on the released batch's own request
+// (counted as a duplicate), never on a request of a batch submitted since,
+// which would then look finished while its mover still held its memory.
+func TestLateCompletionCannotReachAReusedRequest(t *testing.T) {
+	m := &lateMover{Fake: coretest.NewFake("late"), entered: make(chan struct{}, 16)}
+	a, reqs := reuseSetup(t, m)
+	first := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.entered
+	requireAllOK(t, first)
+	a.ReleaseBatch(first)
+	m.mu.Lock()
+	late := append([]*core.Request(nil), m.seen...)
+	m.hold = true
+	m.mu.Unlock()
+
+	next := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.entered
+	for i := range reqs {
+		require.NotSame(t, late[i], next.RequestAt(i), "a batch got the requests of a released batch a non-Forgetter served")
+	}
+	// The late completions, with a failure so that one landing on the
+	// new batch would show in its statuses.
+	m.completeAgain(late, status.Errorf(status.TransportError, "late"))
+	require.EqualValues(t, len(late), a.Stats().DuplicateCompletions)
+	st := make([]core.RequestStatus, next.Len())
+	code, n, _ := next.Status(st)
+	require.Equal(t, status.Pending, code, "a late completion of the released batch finished the new one")
+	require.Zero(t, n)
+	for i, s := range st {
+		require.Equal(t, status.Pending, s.Code, "request %d", i)
+	}
+	m.mu.Lock()
+	held := m.held
+	m.mu.Unlock()
+	for _, r := range held {
+		r.Done(r.Len, nil)
+	}
+	requireAllOK(t, next)
+	a.ReleaseBatch(next)
+	// The released batch still reads as it ended: its requests were not
+	// given to anyone.
+	code, _, _ = first.Status(nil)
+	require.Equal(t, status.OK, code)
+}
+
+// A batch that a Forgetter and then (on retry) another mover served is
+// not reused either: one attempt outside a Forgetter is enough.
+func TestRetryOnANonForgetterKeepsTheRequests(t *testing.T) {
+	f := coretest.NewMover("forgets")
+	f.FailWith(status.Errorf(status.TransportError, "first transport fails"))
+	late := &lateMover{Fake: coretest.NewFake("late"), entered: make(chan struct{}, 16)}
+	a := newLocalEngine(t, core.Options{})
+	require.NoError(t, a.Uninstall("local"))
+	require.NoError(t, a.Install(f))
+	require.NoError(t, a.Install(late))
+	reqs := requestsFrom(t, a)
+	first := submitOK(t, a, reqs, core.TransferOptions{})
+	<-late.entered
+	code, err := first.Wait(10 * time.Second)
+	require.Equal(t, status.OK, code, "%v", err)
+	old := first.RequestAt(0)
+	a.ReleaseBatch(first)
+	f.FailWith(nil)
+	next := submitOK(t, a, reqs, core.TransferOptions{})
+	requireAllOK(t, next)
+	require.NotSame(t, old, next.RequestAt(0))
+}
+
+// A batch released while a call of the caller's is inside it (a Wait on
+// another thread) is reused only once that call is out, and the call sees
+// its own batch's outcome.
+func TestReleaseDuringAWaitRecyclesWhenTheWaitEnds(t *testing.T) {
+	m := coretest.NewMover("forgets")
+	a, reqs := reuseSetup(t, m)
+	m.Hold()
+	first := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.Entered()
+	waited := make(chan status.Code, 1)
+	go func() {
+		code, _ := first.Wait(-1)
+		waited <- code
+	}()
+	for first.CallsInProgress() == 0 {
+		runtime.Gosched()
+	}
+	a.ReleaseBatch(first) // not settled, and a wait is inside: nothing is reused yet
+	old := first.RequestAt(0)
+	m.ReleaseAll()
+	require.Equal(t, status.OK, <-waited)
+	m.Hold()
+	next := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.Entered()
+	require.Same(t, old, next.RequestAt(0), "the last call out of the released batch did not give its requests back")
+	m.ReleaseAll()
+	requireAllOK(t, next)
+}
+
+// A batch whose deadline timer fired is never reused: the timer's expire
+// may still be walking its requests.
+func TestExpiredBatchIsNotReused(t *testing.T) {
+	m := coretest.NewMover("forgets")
+	a, reqs := reuseSetup(t, m)
+	m.Hold()
+	first := submitOK(t, a, reqs, core.TransferOptions{Timeout: time.Millisecond})
+	<-m.Entered()
+	code, _ := first.Wait(-1)
+	require.Equal(t, status.Timeout, code)
+	m.ReleaseAll()
+	<-first.Settled()
+	old := first.RequestAt(0)
+	a.ReleaseBatch(first)
+	next := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.Entered()
+	require.NotSame(t, old, next.RequestAt(0))
+	m.ReleaseAll()
+	requireAllOK(t, next)
+}

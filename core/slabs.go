@@ -1,0 +1,95 @@
+package core
+
+import (
+	"math/bits"
+	"sync"
+	"unsafe"
+)
+
+// Forgetter is a Mover that forgets a request at its Done: past the Done
+// of an attempt, and past the Submit call that handed the request over
+// (the engine waits that call out before the batch can settle), it never
+// calls Done for the request again and never reads or writes it. It may
+// still hold the pointer (a map key it compares), never dereference it.
+//
+// The engine reuses the Request values of a released batch for a later
+// batch only when every attempt of every request went to a Forgetter. A
+// batch that any other mover touched is left to the garbage collector, so
+// a mover that completes late, or twice, cannot reach another batch's
+// request: its Done lands on its own batch's request and is counted as a
+// duplicate, as before.
+type Forgetter interface {
+	Mover
+	// ForgetsRequests is the promise above; it does nothing.
+	ForgetsRequests()
+}
+
+// Slabs of Request values reused by batches, by size class: class k holds
+// slabs of 1<<k requests. A batch of more than 1<<maxSlabClass requests
+// allocates its own and gives nothing back.
+const (
+	maxSlabClass = 12
+	// slabKeepBytes bounds what one class keeps for reuse.
+	slabKeepBytes = 1 << 20
+)
+
+// slabs is an engine's free lists of request slabs.
+type slabs struct {
+	mu   sync.Mutex
+	free [maxSlabClass + 1][][]Request
+}
+
+// slabClass is the class of a batch of n requests, or -1 when the batch
+// is too large to reuse.
+func slabClass(n int) int {
+	if n <= 1 {
+		return 0
+	}
+	k := bits.Len(uint(n - 1))
+	if k > maxSlabClass {
+		return -1
+	}
+	return k
+}
+
+// get returns a slab of n requests and whether it was used before (its
+// fields then hold the previous batch's values). A reused slab keeps its
+// class's capacity, so it goes back to the same class.
+func (s *slabs) get(n int) ([]Request, bool) {
+	k := slabClass(n)
+	if k < 0 {
+		return make([]Request, n), false
+	}
+	s.mu.Lock()
+	if f := s.free[k]; len(f) > 0 {
+		slab := f[len(f)-1]
+		f[len(f)-1] = nil
+		s.free[k] = f[:len(f)-1]
+		s.mu.Unlock()
+		return slab[:n], true
+	}
+	s.mu.Unlock()
+	return make([]Request, n, 1<<k), false
+}
+
+// put keeps slab for a later batch of its class, unless the class keeps
+// enough already.
+func (s *slabs) put(slab []Request) {
+	k := slabClass(cap(slab))
+	if k < 0 || cap(slab) != 1<<k {
+		return
+	}
+	keep := max(1, slabKeepBytes/(cap(slab)*int(unsafe.Sizeof(Request{}))))
+	s.mu.Lock()
+	if len(s.free[k]) < keep {
+		s.free[k] = append(s.free[k], slab[:cap(slab)])
+	}
+	s.mu.Unlock()
+}
+
+// drop forgets every kept slab (the engine closes).
+func (s *slabs) drop() {
+	s.mu.Lock()
+	s.free = [maxSlabClass + 1][][]Request{}
+	s.mu.Unlock()
+}
