@@ -119,19 +119,6 @@ const (
 	reqCallerWaits
 )
 
-// reset clears what a previous batch left in a reused request and Submit
-// does not set itself.
-func (r *Request) reset() {
-	r.Desc, r.RemoteRegion = nil, nil
-	r.mover.Store(nil)
-	r.bytes.Store(0)
-	r.attempts.Store(0)
-	r.transport.Store(0)
-	r.flags.Store(0)
-	r.nic.Store(0)
-	r.state.Store(0)
-}
-
 func (r *Request) isSettled() bool { return r.state.Load()&reqSettled != 0 }
 
 func (r *Request) setCallerWaits(on bool) {

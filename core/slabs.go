@@ -52,13 +52,12 @@ func slabClass(n int) int {
 	return k
 }
 
-// get returns a slab of n requests and whether it was used before (its
-// fields then hold the previous batch's values). A reused slab keeps its
+// get returns a slab of n zeroed requests. A reused slab keeps its
 // class's capacity, so it goes back to the same class.
-func (s *slabs) get(n int) ([]Request, bool) {
+func (s *slabs) get(n int) []Request {
 	k := slabClass(n)
 	if k < 0 {
-		return make([]Request, n), false
+		return make([]Request, n)
 	}
 	s.mu.Lock()
 	if f := s.free[k]; len(f) > 0 {
@@ -66,10 +65,14 @@ func (s *slabs) get(n int) ([]Request, bool) {
 		f[len(f)-1] = nil
 		s.free[k] = f[:len(f)-1]
 		s.mu.Unlock()
-		return slab[:n], true
+		// One clear of the slab, not a store per field: the requests are
+		// no one else's, and a clear is a memclr (with one pass of the
+		// write barrier over its pointers while the GC marks).
+		clear(slab[:n])
+		return slab[:n]
 	}
 	s.mu.Unlock()
-	return make([]Request, n, 1<<k), false
+	return make([]Request, n, 1<<k)
 }
 
 // put keeps slab for a later batch of its class, unless the class keeps

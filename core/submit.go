@@ -38,7 +38,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	if timeout <= 0 {
 		timeout = e.opts.DefaultTimeout
 	}
-	slab, reused := e.slabs.get(len(reqs))
+	slab := e.slabs.get(len(reqs))
 	b := &Batch{
 		e:         e,
 		reqs:      slab,
@@ -67,9 +67,6 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 			b.releaseLocal(i)
 			e.slabs.put(b.reqs)
 			return nil, status.Errorf(status.CodeOf(err), "request %d: local memory: %w", i, err)
-		}
-		if reused {
-			r.reset()
 		}
 		// Field by field: copying a whole Request value would run the
 		// bulk write barrier over every pointer in it.
