@@ -84,8 +84,14 @@ func (r *Region) HandleShareable() bool {
 }
 
 // release drops one user taken by acquire.
-func (r *Region) release() {
-	if r.users.Add(-1) == 0 && r.closing.Load() {
+func (r *Region) release() { r.releaseN(1) }
+
+// releaseN ends n uses at once; a nil region or n of 0 is nothing.
+func (r *Region) releaseN(n int64) {
+	if r == nil || n == 0 {
+		return
+	}
+	if r.users.Add(-n) == 0 && r.closing.Load() {
 		r.mu.Lock()
 		// Check users again under the lock: between our decrement and here an
 		// unregister may have given up, a new user acquired the region, and a

@@ -2,6 +2,7 @@ package core
 
 import (
 	"math"
+	"math/bits"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -170,6 +171,63 @@ func (r *Request) Done(n uint64, err error) {
 	r.LocalRegion.release()
 	b.settle()
 	b.finish(r, status.CodeOf(err), err)
+}
+
+// DoneAll reports every request of rs done with all its bytes moved, as
+// Done(r.Len, nil) for each would (a duplicate is ignored and counted the
+// same way), but takes the counters that a run of requests shares once
+// per run: its batch's (consecutive requests of one batch) and its local
+// region's (consecutive requests in one region), instead of once per
+// request. A mover that completes requests in runs calls it instead of a
+// loop of Done.
+func DoneAll(rs []*Request) {
+	for len(rs) > 0 {
+		b := rs[0].batch
+		k := 1
+		for k < len(rs) && k < 64 && rs[k].batch == b {
+			k++
+		}
+		b.doneRun(rs[:k])
+		rs = rs[k:]
+	}
+}
+
+// doneRun is DoneAll for at most 64 requests of b, in Done's order: every
+// local region let go of, then the requests settled, then finished.
+func (b *Batch) doneRun(rs []*Request) {
+	var first uint64 // bit i: rs[i] settles here (not a duplicate)
+	var region *Region
+	uses := int64(0)
+	for i, r := range rs {
+		if r.state.Or(reqSettled)&reqSettled != 0 {
+			b.e.duplicateDone.Add(1)
+			continue
+		}
+		first |= 1 << i
+		r.bytes.Store(r.Len)
+		if r.LocalRegion != region {
+			region.releaseN(uses)
+			region, uses = r.LocalRegion, 0
+		}
+		uses++
+	}
+	region.releaseN(uses)
+	n := int64(bits.OnesCount64(first))
+	if n == 0 {
+		return
+	}
+	if b.unsettled.Add(-n) == 0 {
+		b.allSettled()
+	}
+	won := int64(0)
+	for i, r := range rs {
+		if first&(1<<i) != 0 && r.status.CompareAndSwap(int32(status.Pending), int32(status.OK)) {
+			won++
+		}
+	}
+	if won > 0 && b.pending.Add(-won) == 0 {
+		b.allFinal()
+	}
 }
 
 // sanitize makes sure a failure reads as a failure: an error without a
@@ -461,9 +519,13 @@ func (b *Batch) finish(r *Request, code status.Code, err error) {
 // settle records that a mover no longer holds a request.
 func (b *Batch) settle() {
 	if b.unsettled.Add(-1) == 0 {
-		close(b.settledCh)
-		b.e.batchSettled(b)
+		b.allSettled()
 	}
+}
+
+func (b *Batch) allSettled() {
+	close(b.settledCh)
+	b.e.batchSettled(b)
 }
 
 func (b *Batch) allFinal() {

@@ -247,3 +247,54 @@ func TestExpiredBatchIsNotReused(t *testing.T) {
 	m.ReleaseAll()
 	requireAllOK(t, next)
 }
+
+// runMover completes each Submit call's requests in one DoneAll, twice
+// (the second must count as duplicates and change nothing).
+type runMover struct{ *coretest.Mover }
+
+func (m runMover) Submit(reqs []*core.Request) {
+	core.DoneAll(reqs)
+	core.DoneAll(reqs)
+}
+
+// DoneAll completes a run as a Done per request would: every request OK
+// with its bytes, the batch final and settled, each local region let go
+// of as often as it was taken (requests in two regions, more than one
+// chunk of 64), a second report counted as a duplicate.
+func TestDoneAllCompletesARun(t *testing.T) {
+	a := newLocalEngine(t, core.Options{})
+	require.NoError(t, a.Uninstall("local"))
+	require.NoError(t, a.Install(runMover{coretest.NewMover("runs")}))
+	b := newLocalEngine(t, core.Options{})
+	src1, r1 := buf(t, a, 4096, 0)
+	src2, r2 := buf(t, a, 4096, 0)
+	dst, _ := buf(t, b, 4096, core.PermRemoteWrite)
+	seg, err := a.OpenSegment(b.Name())
+	require.NoError(t, err)
+	reqs := make([]core.TransferRequest, 100)
+	for i := range reqs {
+		src := src1
+		if i >= 30 && i < 70 {
+			src = src2
+		}
+		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: host.Addr(src) + uint64(i), Segment: seg,
+			Remote: host.Addr(dst) + uint64(i), Len: uint64(i%7 + 1)}
+	}
+	batch := submitOK(t, a, reqs, core.TransferOptions{})
+	code, err := batch.Wait(10 * time.Second)
+	require.Equal(t, status.OK, code, "%v", err)
+	<-batch.Settled()
+	st := make([]core.RequestStatus, len(reqs))
+	code, n, _ := batch.Status(st)
+	require.Equal(t, status.OK, code)
+	require.Equal(t, len(reqs), n)
+	for i, s := range st {
+		require.Equal(t, status.OK, s.Code, "request %d", i)
+		require.Equal(t, reqs[i].Len, s.Bytes, "request %d", i)
+	}
+	require.Zero(t, r1.Users())
+	require.Zero(t, r2.Users())
+	require.EqualValues(t, len(reqs), a.Stats().DuplicateCompletions)
+	require.Zero(t, a.Stats().RequestsInFlight)
+	a.ReleaseBatch(batch)
+}

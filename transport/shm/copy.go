@@ -221,16 +221,19 @@ func (j *job) runEnd(lo int) int {
 	return hi
 }
 
-// complete reports the outcomes of reqs[lo:hi] left in j.errs.
+// complete reports the outcomes of reqs[lo:hi] left in j.errs, each run
+// of successes in one call (core.DoneAll: the batch's and the region's
+// counters once a run, not once a request).
 func (j *job) complete(lo, hi int) {
+	ok := lo // first success not yet reported
 	for i := lo; i < hi; i++ {
-		r := j.reqs[i]
 		if err := j.errs[i]; err != nil {
-			r.Done(0, err)
-		} else {
-			r.Done(r.Len, nil)
+			core.DoneAll(j.reqs[ok:i])
+			j.reqs[i].Done(0, err)
+			ok = i + 1
 		}
 	}
+	core.DoneAll(j.reqs[ok:hi])
 }
 
 // copyInline copies the job on the goroutine calling Submit, which either
