@@ -99,12 +99,11 @@ type Request struct {
 	mover atomic.Pointer[installed]
 	bytes atomic.Uint64
 
-	index     int32
-	attempts  atomic.Int32
-	status    atomic.Int32
-	transport atomic.Uint32
-	flags     atomic.Uint32
-	nic       atomic.Uint32 // MarkNIC: first | count<<16
+	index    int32
+	attempts atomic.Int32
+	status   atomic.Int32
+	flags    atomic.Uint32
+	nic      atomic.Uint32 // MarkNIC: first | count<<16
 
 	state  atomic.Uint32 // reqSettled | reqCallerWaits
 	Op     Op
@@ -371,7 +370,11 @@ func (b *Batch) Status(out []RequestStatus) (status.Code, int, error) {
 		c := status.Code(r.status.Load())
 		if i < len(out) {
 			nic := r.nic.Load()
-			out[i] = RequestStatus{Code: c, Transport: r.transport.Load(), Bytes: r.bytes.Load(), Flags: r.flags.Load(),
+			var transport uint32 // the id of the mover of the request's last attempt
+			if m := r.mover.Load(); m != nil {
+				transport = m.id
+			}
+			out[i] = RequestStatus{Code: c, Transport: transport, Bytes: r.bytes.Load(), Flags: r.flags.Load(),
 				NIC: uint16(nic), NICs: uint16(nic >> 16)}
 		}
 		if c != status.Pending {

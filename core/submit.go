@@ -300,10 +300,8 @@ func (e *Engine) dispatch(m *installed, rs []*Request) {
 	}
 	b.unsettled.Add(1)
 	defer b.settle()
-	id := m.id
 	for _, r := range rs {
-		r.mover.Store(m)
-		r.transport.Store(id)
+		r.mover.Store(m) // also the transport its status names
 	}
 	if !m.gate.enter() {
 		for _, r := range rs {
