@@ -238,8 +238,20 @@ func submit(e *engine, requests uintptr, n C.size_t, opts uintptr, waiting bool)
 		return nil, err
 	}
 	o.Waiting = waiting
-	// Capacity from n only up to a chunk's worth: n is the caller's claim.
-	reqs := make([]core.TransferRequest, 0, min(uint64(n), 4096))
+	buf, _ := e.requests.Get().(*[]core.TransferRequest)
+	if buf == nil {
+		// Capacity from n only up to a chunk's worth: n is the caller's claim.
+		b := make([]core.TransferRequest, 0, min(uint64(n), 4096))
+		buf = &b
+	}
+	reqs := (*buf)[:0]
+	defer func() {
+		clear(reqs) // no segment kept alive by the pool
+		if cap(reqs) <= 4096 {
+			*buf = reqs[:0]
+			e.requests.Put(buf)
+		}
+	}()
 	var lastID uintptr
 	var last *segment
 	err = readArray(requests, uint64(n), maxBatch, "requests", func(i int, c *cRequest) error {

@@ -6,6 +6,7 @@ package main
 import "C"
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/tent-dev/tent/capi/internal/handles"
@@ -23,6 +24,10 @@ type engine struct {
 	// engine's children; addChild checks it after adding, so a handle
 	// created concurrently with destroy never outlives the engine.
 	destroyed atomic.Bool
+	// requests holds *[]core.TransferRequest buffers that submit reads a
+	// caller's array into and reuses once core.Submit (which keeps none
+	// of it) returns: a batch of 128 then allocates no 5 KiB copy.
+	requests sync.Pool
 }
 
 // region is the value behind a tent_region handle.
