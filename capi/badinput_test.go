@@ -133,3 +133,29 @@ func TestLocationNamingAbsentDevice(t *testing.T) {
 	require.Contains(t, r.Msg, "NUMA node 65535")
 	requireStats(t, e, 0, 0)
 }
+
+// Names and addresses that are not UTF-8 are refused where they enter:
+// they would come back altered from JSON and every language's strings.
+func TestNamesThatAreNotUTF8(t *testing.T) {
+	base := lib.handles.Len()
+	for _, o := range []*cOptions{
+		{Name: strp("engine-\xff"), Transports: strp("fake")},
+		{ListenAddr: strp("127.0.0.1\xc3:0"), Transports: strp("fake")},
+		{Metadata: strp("etcd://h\xfe:1"), Transports: strp("fake")},
+		{Prefix: strp("/tent\xed\xa0\x80"), Transports: strp("fake")}, // an encoded surrogate
+	} {
+		_, r := cEngineCreate(o)
+		requireFail(t, status.InvalidArgument, r)
+		require.Contains(t, r.Msg, "not valid UTF-8")
+	}
+	require.Equal(t, base, lib.handles.Len())
+	e, _ := newEngine(t)
+	_, r := cSegmentOpen(e, "127.0.0.1\xff:1")
+	requireFail(t, status.InvalidArgument, r)
+	require.Contains(t, r.Msg, "not valid UTF-8")
+	requireStats(t, e, 0, 0)
+	// valid UTF-8 beyond ASCII is a name like any other
+	e2, r := cEngineCreate(&cOptions{Name: strp("moteur-é"), Transports: strp("fake")})
+	require.Equal(t, status.OK, r.Code, r.Msg)
+	require.Equal(t, status.OK, cEngineDestroy(e2).Code)
+}

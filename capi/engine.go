@@ -11,6 +11,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tent-dev/tent/capi/internal/handles"
@@ -112,6 +113,11 @@ func engineOptions(a uintptr) (core.Options, error) {
 		}
 		if set && s == "" {
 			return o, status.Errorf(status.InvalidArgument, "tent_engine_options.%s is \"\": pass NULL for the default", f.name)
+		}
+		if !utf8.ValidString(s) {
+			// Names and addresses travel in JSON, etcd keys and every
+			// language's strings: bytes that are no text do not round-trip.
+			return o, status.Errorf(status.InvalidArgument, "tent_engine_options.%s %q is not valid UTF-8", f.name, s)
 		}
 		*f.dst = s
 	}

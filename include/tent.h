@@ -53,7 +53,10 @@
  *   must stay valid until it is unregistered. Strings passed in are copied.
  * - Strings passed in are at most TENT_MAX_STRING_LEN bytes (without the
  *   NUL) unless documented otherwise; a longer or unterminated one is
- *   TENT_ERR_INVALID_ARGUMENT.
+ *   TENT_ERR_INVALID_ARGUMENT. Names and addresses (the strings of
+ *   tent_engine_options, a segment name) must be valid UTF-8, or they are
+ *   TENT_ERR_INVALID_ARGUMENT too: they travel in JSON, etcd keys and
+ *   other languages' strings, where other bytes do not round-trip.
  * - Strings returned as `const char *` are owned by the library (static, or
  *   thread-local and valid until the next tent call on the same thread).
  *

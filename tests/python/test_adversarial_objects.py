@@ -151,3 +151,17 @@ def test_dlpack_shape_and_strides_are_read_once_as_given():
     p = run_python(code)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == "size 4096", p.stdout
+
+
+def test_names_of_bytes_that_are_not_utf8_are_refused(engine):
+    # The library refuses them: the name would come back altered (U+FFFD)
+    # from Engine.name and stats, and no open_segment could name it.
+    with pytest.raises(tent.InvalidArgument, match="not valid UTF-8"):
+        tent.Engine(name=b"engine-\xff", transports="local")
+    with pytest.raises(tent.InvalidArgument, match="not valid UTF-8"):
+        engine.open_segment(b"127.0.0.1\xfe:1")
+    with tent.Engine(name="moteur-\u00e9", transports="local") as e:
+        assert e.name == "moteur-\u00e9"
+        with e.open_segment(e.name) as s:
+            e.notify(s, "x")
+            assert e.recv_notification(timeout=5).sender == "moteur-\u00e9"
