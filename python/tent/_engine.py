@@ -914,6 +914,10 @@ class Region(_Child):
 
     def __init__(self, engine: Engine, handle: int, buf: Buffer) -> None:
         super().__init__(engine, handle)
+        # Re-entrant: letting go of the keepalive under the lock may run the
+        # producer's code (a DLPack deleter), which may close this region
+        # again; it then finds the handle gone instead of waiting for itself.
+        self._lock: Any = threading.RLock()
         self.addr: int = buf.ptr
         self.size: int = buf.nbytes
         self.readonly: bool = buf.readonly

@@ -165,3 +165,55 @@ def test_names_of_bytes_that_are_not_utf8_are_refused(engine):
         with e.open_segment(e.name) as s:
             e.notify(s, "x")
             assert e.recv_notification(timeout=5).sender == "moteur-\u00e9"
+
+
+_REENTERING_DELETER = '''
+import ctypes, sys
+import numpy as np
+import tent
+from tent import _buffers as B
+
+_new = ctypes.pythonapi.PyCapsule_New
+_new.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_new.restype = ctypes.py_object
+mem = np.zeros(4096, np.uint8)
+shape = (ctypes.c_int64 * 1)(4096)
+e = tent.Engine(transports="local")
+regions, seen = [], []
+
+@B._DLDeleter
+def deleter(ptr):
+    # The producer's code, run when tent lets go of its tensor, calls back
+    # into tent: the region being closed, the engine's counts, the engine.
+    try:
+        regions[-1].close()
+        seen.append(e.stats()["regions"])
+        if sys.argv[1] == "engine":
+            e.close()
+    except Exception as exc:
+        seen.append(type(exc).__name__)
+
+m = B._DLManagedTensor()
+t = m.dl_tensor
+t.data, t.device, t.ndim, t.dtype = mem.ctypes.data, B._DLDevice(1, 0), 1, B._DLDataType(1, 8, 1)
+t.shape = ctypes.cast(shape, ctypes.POINTER(ctypes.c_int64))
+m.deleter = deleter
+
+class Producer:
+    def __dlpack__(self, **kw):
+        return _new(ctypes.addressof(m), b"dltensor", None)
+
+regions.append(e.register(Producer()))
+regions[-1].close()
+print("closed", seen, e.closed)
+e.close()
+'''
+
+
+@pytest.mark.parametrize("then", ["stats", "engine"])
+def test_a_dlpack_deleter_that_calls_back_into_tent(then):
+    # It used to wait forever for the lock its own region's close held.
+    p = subprocess.run([sys.executable, "-c", _REENTERING_DELETER, then], capture_output=True, text=True,
+                       timeout=60)
+    assert p.returncode == 0, (p.stdout, p.stderr)
+    assert p.stdout.strip() == f"closed [0] {then == 'engine'}", p.stdout
