@@ -248,6 +248,7 @@ func sanitize(err error) error {
 type Batch struct {
 	e        *Engine
 	reqs     []Request
+	ptrs     []*Request // pointers to reqs, handed to movers (routing reorders them)
 	deadline time.Time
 	notify   []byte
 
@@ -331,7 +332,7 @@ func (b *Batch) recycle() {
 	stopped := b.timerStopped
 	b.mu.Unlock()
 	if stopped && b.uses.CompareAndSwap(batchReleased, batchReleased|batchRecycled) {
-		b.e.slabs.put(b.reqs)
+		b.e.slabs.put(slab{b.reqs, b.ptrs})
 	}
 }
 

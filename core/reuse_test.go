@@ -298,3 +298,28 @@ func TestDoneAllCompletesARun(t *testing.T) {
 	require.Zero(t, a.Stats().RequestsInFlight)
 	a.ReleaseBatch(batch)
 }
+
+// Routing gathers the routed requests at the front of the batch's pointer
+// slice, which is reused with its requests: a batch after one whose
+// first request failed routing (the pointers then out of order) still
+// hands each of its requests to the mover exactly once.
+func TestReusedPointersAfterAFailedRoute(t *testing.T) {
+	m := coretest.NewMover("forgets")
+	a, reqs := reuseSetup(t, m)
+	bad := append([]core.TransferRequest(nil), reqs...)
+	bad[0].Remote = 8 // not registered by the peer
+	first := submitOK(t, a, bad, core.TransferOptions{})
+	<-m.Entered()
+	code, _ := first.Wait(10 * time.Second)
+	require.Equal(t, status.NotRegistered, code)
+	old := first.RequestAt(0)
+	a.ReleaseBatch(first)
+	m.Hold()
+	next := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.Entered()
+	require.Same(t, old, next.RequestAt(0))
+	require.Equal(t, len(reqs), m.Held(), "each request handed over once")
+	m.ReleaseAll()
+	requireAllOK(t, next)
+	require.Zero(t, a.Stats().DuplicateCompletions)
+}

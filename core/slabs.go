@@ -10,7 +10,9 @@ import (
 // of an attempt, and past the Submit call that handed the request over
 // (the engine waits that call out before the batch can settle), it never
 // calls Done for the request again and never reads or writes it. It may
-// still hold the pointer (a map key it compares), never dereference it.
+// still hold the pointer (a map key it compares), never dereference it,
+// and past Submit it reads the slice Submit was given only at requests it
+// has not reported done (the slice is the batch's, reused with it).
 //
 // The engine reuses the Request values of a released batch for a later
 // batch only when every attempt of every request went to a Forgetter. A
@@ -36,7 +38,14 @@ const (
 // slabs is an engine's free lists of request slabs.
 type slabs struct {
 	mu   sync.Mutex
-	free [maxSlabClass + 1][][]Request
+	free [maxSlabClass + 1][]slab
+}
+
+// slab is a batch's requests and the pointers to them that routing hands
+// to movers (in any order: routing gathers them in place).
+type slab struct {
+	reqs []Request
+	ptrs []*Request
 }
 
 // slabClass is the class of a batch of n requests, or -1 when the batch
@@ -52,40 +61,42 @@ func slabClass(n int) int {
 	return k
 }
 
-// get returns a slab of n zeroed requests. A reused slab keeps its
-// class's capacity, so it goes back to the same class.
-func (s *slabs) get(n int) []Request {
+// get returns a slab of n zeroed requests and room for n pointers (to be
+// set by the caller). A reused slab keeps its class's capacity, so it goes
+// back to the same class.
+func (s *slabs) get(n int) slab {
 	k := slabClass(n)
 	if k < 0 {
-		return make([]Request, n)
+		return slab{make([]Request, n), make([]*Request, n)}
 	}
 	s.mu.Lock()
 	if f := s.free[k]; len(f) > 0 {
-		slab := f[len(f)-1]
-		f[len(f)-1] = nil
+		sl := f[len(f)-1]
+		f[len(f)-1] = slab{}
 		s.free[k] = f[:len(f)-1]
 		s.mu.Unlock()
 		// One clear of the slab, not a store per field: the requests are
 		// no one else's, and a clear is a memclr (with one pass of the
 		// write barrier over its pointers while the GC marks).
-		clear(slab[:n])
-		return slab[:n]
+		clear(sl.reqs[:n])
+		return slab{sl.reqs[:n], sl.ptrs[:n]}
 	}
 	s.mu.Unlock()
-	return make([]Request, n, 1<<k)
+	return slab{make([]Request, n, 1<<k), make([]*Request, n, 1<<k)}
 }
 
 // put keeps slab for a later batch of its class, unless the class keeps
 // enough already.
-func (s *slabs) put(slab []Request) {
-	k := slabClass(cap(slab))
-	if k < 0 || cap(slab) != 1<<k {
+func (s *slabs) put(sl slab) {
+	n := cap(sl.reqs)
+	k := slabClass(n)
+	if k < 0 || n != 1<<k || cap(sl.ptrs) != n {
 		return
 	}
-	keep := max(1, slabKeepBytes/(cap(slab)*int(unsafe.Sizeof(Request{}))))
+	keep := max(1, slabKeepBytes/(n*int(unsafe.Sizeof(Request{}))))
 	s.mu.Lock()
 	if len(s.free[k]) < keep {
-		s.free[k] = append(s.free[k], slab[:cap(slab)])
+		s.free[k] = append(s.free[k], slab{sl.reqs[:n], sl.ptrs[:n]})
 	}
 	s.mu.Unlock()
 }
@@ -93,6 +104,6 @@ func (s *slabs) put(slab []Request) {
 // drop forgets every kept slab (the engine closes).
 func (s *slabs) drop() {
 	s.mu.Lock()
-	s.free = [maxSlabClass + 1][][]Request{}
+	s.free = [maxSlabClass + 1][]slab{}
 	s.mu.Unlock()
 }

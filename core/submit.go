@@ -38,10 +38,11 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	if timeout <= 0 {
 		timeout = e.opts.DefaultTimeout
 	}
-	slab := e.slabs.get(len(reqs))
+	sl := e.slabs.get(len(reqs))
 	b := &Batch{
 		e:         e,
-		reqs:      slab,
+		reqs:      sl.reqs,
+		ptrs:      sl.ptrs,
 		deadline:  time.Now().Add(timeout),
 		done:      make(chan struct{}),
 		settledCh: make(chan struct{}),
@@ -55,7 +56,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		r := &b.reqs[i]
 		if err := e.checkRequest(tr); err != nil {
 			b.releaseLocal(i)
-			e.slabs.put(b.reqs) // no one else saw it
+			e.slabs.put(sl) // no one else saw it
 			return nil, status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
 		}
 		var err error
@@ -65,7 +66,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		}
 		if err != nil {
 			b.releaseLocal(i)
-			e.slabs.put(b.reqs)
+			e.slabs.put(sl)
 			return nil, status.Errorf(status.CodeOf(err), "request %d: local memory: %w", i, err)
 		}
 		// Field by field: copying a whole Request value would run the
@@ -95,7 +96,7 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 
 	// Group by peer, keeping order; route each group now when its
 	// descriptor is fresh, else after a refresh off the caller's thread.
-	all := make([]*Request, len(b.reqs))
+	all := b.ptrs
 	for i := range b.reqs {
 		all[i] = &b.reqs[i]
 	}
