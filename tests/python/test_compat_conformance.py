@@ -345,3 +345,50 @@ def test_nixl_loggers_write_info_to_stdout_as_nixls(monkeypatch, capsys):
     assert "hidden" not in capsys.readouterr().out
     monkeypatch.setenv("NIXL_LOG_LEVEL", "INFO")
     get_logger("conformance_app")  # the level back for the tests after this one
+
+
+def _ipv6_loopback():
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+        return True
+    except OSError:
+        return False
+
+
+def test_ipv6_hostnames_are_read_as_mooncake_reads_them():
+    # Mooncake's parseHostNameWithPort: a bare IPv6 address has no port, a
+    # scope ends at the colon before a port, brackets as usual
+    from tent.compat._common import split_host_port
+
+    assert split_host_port("::1") == ("[::1]", 0)
+    assert split_host_port("2001:db8::1") == ("[2001:db8::1]", 0)
+    assert split_host_port("[::1]:17813") == ("[::1]", 17813)
+    assert split_host_port("fe80::a236:bcff:fecb:a1be%eno2:15773") == ("[fe80::a236:bcff:fecb:a1be%eno2]", 15773)
+    assert split_host_port("fe80::a236:bcff:fecb:a1be%eno2") == ("[fe80::a236:bcff:fecb:a1be%eno2]", 0)
+    assert split_host_port("192.168.1.1:8080") == ("192.168.1.1", 8080)
+    assert split_host_port("localhost") == ("localhost", 0)
+
+
+@pytest.mark.skipif(not _ipv6_loopback(), reason="no IPv6 loopback")
+def test_a_bare_ipv6_local_hostname_initializes_with_p2phandshake():
+    # SGLang passes the host's address as it is ("::1") and builds the
+    # session as "[::1]:<rpc port>", which Mooncake's segment name is
+    from mooncake.engine import TransferEngine
+
+    target, initiator = TransferEngine(), TransferEngine()
+    try:
+        assert target.initialize("::1", "P2PHANDSHAKE", "tcp", "") == 0
+        assert initiator.initialize("::1", "P2PHANDSHAKE", "tcp", "") == 0
+        session = f"[::1]:{target.get_rpc_port()}"
+        src, dst = np.arange(4096, dtype=np.uint8), np.zeros(4096, np.uint8)
+        assert target.register_memory(dst.ctypes.data, dst.nbytes) == 0
+        assert initiator.register_memory(src.ctypes.data, src.nbytes) == 0
+        assert initiator.get_first_buffer_address(session) == dst.ctypes.data
+        assert initiator.transfer_sync_write(session, src.ctypes.data, dst.ctypes.data, 4096) == 0
+        assert np.array_equal(src, dst) and initiator.send_probe(session) == 0
+    finally:
+        target.close()
+        initiator.close()

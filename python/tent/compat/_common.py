@@ -269,8 +269,21 @@ _U63 = 1 << 63
 _WORD = "L" if array.array("L").itemsize == 8 else "Q"
 
 
+def _is_ipv6(text: str) -> bool:
+    import ipaddress
+
+    try:
+        ipaddress.IPv6Address(text)  # a scope ("fe80::1%eth0") included
+    except ValueError:
+        return False
+    return True
+
+
 def split_host_port(hostname: str) -> Tuple[str, int]:
-    """"host", "host:port", "[v6]:port" -> (host, port or 0)."""
+    """"host", "host:port", "[v6]:port", and IPv6 addresses the way
+    Mooncake reads them: a bare one ("::1", "fe80::1%eth0") has no port,
+    one with a scope may be followed by ":port" -> (host, port or 0), an
+    IPv6 host in brackets so that f"{host}:{port}" is an address."""
     h = hostname.strip()
     if h.startswith("["):
         end = h.find("]")
@@ -278,6 +291,14 @@ def split_host_port(hostname: str) -> Tuple[str, int]:
             raise ValueError(f"bad address {hostname!r}")
         host, rest = h[: end + 1], h[end + 1:]
         return host, int(rest[1:]) if rest.startswith(":") and rest[1:] else 0
+    scope = h.find("%")
+    if scope >= 0:  # a scope ends at the first colon after it, which starts a port
+        colon = h.find(":", scope)
+        host = h if colon < 0 else h[:colon]
+        if _is_ipv6(host):
+            return f"[{host}]", int(h[colon + 1:]) if colon >= 0 and h[colon + 1:] else 0
+    elif _is_ipv6(h):
+        return f"[{h}]", 0
     if h.count(":") == 1:
         host, port = h.split(":")
         return host, int(port) if port else 0
