@@ -7,10 +7,10 @@ processes' live handles are back to zero at the end."""
 
 import json
 import os
-import select
+import queue
 import subprocess
 import sys
-import time
+import threading
 
 import pytest
 
@@ -33,17 +33,28 @@ def _spawn(script, args, env):
 
 
 def _line_matching(stream, needle, proc):
-    """The first line of stream containing needle (within TIMEOUT_S)."""
-    deadline = time.monotonic() + TIMEOUT_S
-    while time.monotonic() < deadline:
-        if select.select([stream], [], [], 1.0)[0]:
-            line = stream.readline()
-            if not line:
-                break
+    """The first line of stream containing needle (within TIMEOUT_S). Read
+    on a thread: select on the pipe misses lines the stream has already
+    buffered (the nixl logger writes on stdout too); what follows the line
+    stays in the stream for _finish."""
+    found = queue.Queue()
+
+    def scan():
+        for line in iter(stream.readline, ""):
             if needle in line:
-                return line
-    proc.kill()
-    pytest.fail(f"no {needle!r} line (exit {proc.poll()})")
+                found.put(line)
+                return
+        found.put(None)
+
+    threading.Thread(target=scan, daemon=True).start()
+    try:
+        line = found.get(timeout=TIMEOUT_S)
+    except queue.Empty:
+        line = None
+    if line is None:
+        proc.kill()
+        pytest.fail(f"no {needle!r} line (exit {proc.poll()})")
+    return line
 
 
 def _finish(proc):

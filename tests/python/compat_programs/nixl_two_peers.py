@@ -73,10 +73,13 @@ def report(agent, mode, ok, **extra):
         s = engine.stats()
         # what is still held before the agent goes: open peer connections
         # (a segment, and its handle) apart, which an agent keeps for peers
-        # it did not remove (NIXL's target never removes its initiator)
+        # it did not remove (NIXL's target never removes its initiator).
+        # A connection the peer is closing right now can have given its
+        # handle back before its segment is counted out (fewer handles than
+        # segments for a moment): only more handles than segments is held.
         keys = ("regions", "registered_bytes", "handles", "batches", "requests_in_flight")
-        out["leaks"] = {k: s[k] - (s["segments"] if k == "handles" else 0) for k in keys
-                        if s[k] - (s["segments"] if k == "handles" else 0)}
+        held = {k: s[k] - (s["segments"] if k == "handles" else 0) for k in keys}
+        out["leaks"] = {k: v for k, v in held.items() if v > 0 or (v and k != "handles")}
         out["segments"] = s["segments"]
         out["moved"] = {t: v.get("bytes", 0) + v.get("bytes_sent", 0) + v.get("bytes_received", 0)
                         for t, v in s["transports"].items()}
