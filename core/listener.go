@@ -55,6 +55,12 @@ type listener struct {
 	log    *slog.Logger
 	name   atomic.Pointer[string] // the engine's name, set before start
 
+	// closing is done once close began: it ends the dials in progress
+	// (connect and handshake), which would otherwise hold their sockets
+	// and their callers until the deadline, after the engine is gone.
+	closing   context.Context
+	stopDials context.CancelFunc
+
 	mu       sync.Mutex
 	handlers map[uint8]handlerEntry
 	nextH    uint64
@@ -71,6 +77,7 @@ func newListener(addr string, cfg acceptloop.Config, secret []byte) (*listener, 
 	}
 	l := &listener{loop: acceptloop.New(ln, cfg), secret: secret, log: cfg.Logger,
 		handlers: map[uint8]handlerEntry{}, conns: map[net.Conn]struct{}{}}
+	l.closing, l.stopDials = context.WithCancel(context.Background())
 	l.setName(l.addr())
 	return l, nil
 }
@@ -170,6 +177,7 @@ func (l *listener) serve(c net.Conn, p *acceptloop.Pending) {
 
 // close stops accepting, closes every connection, and waits for handlers.
 func (l *listener) close() {
+	l.stopDials()
 	l.mu.Lock()
 	l.closed = true
 	conns := make([]net.Conn, 0, len(l.conns))
@@ -191,11 +199,18 @@ func (l *listener) connCount() int {
 }
 
 // dial connects to a peer's listener and runs the client handshake for
-// kind by deadline, giving up with ErrCanceled as soon as ctx is done.
+// kind by deadline, giving up with ErrCanceled as soon as ctx is done and
+// with ErrClosed as soon as the listener closes.
 func (l *listener) dial(ctx context.Context, addr string, kind uint8, deadline time.Time) (net.Conn, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.closing, cancel)()
 	d := net.Dialer{Deadline: deadline}
 	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
+		if l.closing.Err() != nil {
+			return nil, status.Errorf(status.Closed, "connect to %s: the engine closed", addr)
+		}
 		if ctx.Err() != nil {
 			return nil, status.Errorf(status.Canceled, "connect to %s: %w", addr, ctx.Err())
 		}
@@ -210,6 +225,9 @@ func (l *listener) dial(ctx context.Context, addr string, kind uint8, deadline t
 	}, kind)
 	if !stop() {
 		c.Close()
+		if l.closing.Err() != nil {
+			return nil, status.Errorf(status.Closed, "handshake with %s: the engine closed", addr)
+		}
 		return nil, status.Errorf(status.Canceled, "handshake with %s: %w", addr, ctx.Err())
 	}
 	if err != nil {
