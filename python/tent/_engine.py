@@ -435,7 +435,7 @@ class Engine(_Managed):
                 lock.release()
 
     def alloc(
-        self, size: int, location: str = "cpu", remote_read: bool = True, remote_write: bool = True
+        self, size: int, location: Optional[str] = "cpu", remote_read: bool = True, remote_write: bool = True
     ) -> "AllocatedRegion":
         """Allocates and registers size bytes at location. Host memory is
         shared memory same-host peers map directly when both remote_read
@@ -443,6 +443,8 @@ class Engine(_Managed):
         otherwise they copy with process_vm); ``.view()`` and
         ``.numpy()`` give zero-copy access to it. Freed by ``close()``."""
         h = self._h()
+        if location is None:  # as in tent_alloc: NULL is "cpu"
+            location = "cpu"
         size = _check.integer(size, "size")
         if not 0 < size < 1 << 63:
             raise InvalidArgument(f"size must be positive (and below 2**63), not {size}")
@@ -452,7 +454,11 @@ class Engine(_Managed):
                 h, size, _cstr(location, "location"), _flags(remote_read, remote_write), byref(addr), byref(out)
             )
         )
-        region = AllocatedRegion(self, out.value, addr.value, size, location)  # type: ignore[arg-type]
+        try:
+            region = AllocatedRegion(self, out.value, addr.value, size, location)  # type: ignore[arg-type]
+        except BaseException:
+            _lib.lib().tent_free(h, out.value)  # nothing may own an allocation nobody can close
+            raise
         self._allocs.add(region)
         return region
 

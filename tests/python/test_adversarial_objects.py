@@ -217,3 +217,67 @@ def test_a_dlpack_deleter_that_calls_back_into_tent(then):
                        timeout=60)
     assert p.returncode == 0, (p.stdout, p.stderr)
     assert p.stdout.strip() == f"closed [0] {then == 'engine'}", p.stdout
+
+
+def test_alloc_location_none_is_cpu(engine):
+    # tent_alloc takes NULL as "cpu"; None used to be an AttributeError.
+    with engine.alloc(4096, location=None) as a:
+        assert a.location == "cpu"
+        v = a.view()
+        v[:4] = b"abcd"
+        assert bytes(v[:4]) == b"abcd"
+        v.release()
+
+
+_WRONG = [None, -1, 0, 2**64, 2**200, 1.5, float("nan"), "x", "\udcff", b"\xff", [], {}, (), (1,), object(),
+          np.int64(3), np.float32(1), True, np.array([1, 2]), np.bool_(True), memoryview(b"ab"), bytearray(4)]
+
+
+def test_every_public_call_with_a_wrong_value_in_each_argument(engine, self_segment):
+    # Each argument of each public method and function in turn gets each
+    # value of _WRONG, the others a good one: the answer is a result, a
+    # TypeError or a ValueError (tent.InvalidArgument and the other tent
+    # errors included), never another exception from inside tent.
+    import inspect
+
+    mem = np.zeros(1 << 16, np.uint8)
+    region = engine.register(mem)
+    alloc = engine.alloc(4096)
+    batch = engine.transfer([("write", region, self_segment, alloc.addr, 64)])
+    good = {"local": region, "segment": self_segment, "remote_addr": alloc.addr, "remote": alloc.addr,
+            "length": 64, "requests": [("write", region, self_segment, alloc.addr, 64)], "name": engine.name,
+            "obj": mem, "size": 4096, "message": b"m", "timeout": 1, "op": "write", "local_offsets": [0],
+            "lengths": [64], "regions": [], "level": "warn"}
+    skip = {"close", "uninstall", "unregister_batch"}  # tear down what the sweep uses
+    targets = []
+    for obj in (engine, self_segment, region, alloc, batch):
+        for name, fn in inspect.getmembers(obj, callable):
+            if not name.startswith("_") and name not in skip:
+                targets.append((f"{type(obj).__name__}.{name}", fn))
+    for name in ("make_requests", "topology", "set_log_level", "get_log_level"):
+        targets.append((name, getattr(tent, name)))
+    level = tent.get_log_level()
+    unexpected = []
+    try:
+        for what, fn in targets:
+            params = [p for p in inspect.signature(fn).parameters.values()
+                      if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+            for p in params:
+                for value in _WRONG:
+                    args = {q.name: good.get(q.name, 1) for q in params if q.default is inspect.Parameter.empty}
+                    args[p.name] = value
+                    try:
+                        r = fn(**args)
+                    except (TypeError, ValueError, tent.TentError, BufferError):
+                        continue
+                    except Exception as exc:  # noqa: BLE001 - collected for the assertion
+                        unexpected.append((what, p.name, repr(value)[:30], repr(exc)[:120]))
+                        continue
+                    if isinstance(r, (tent.Batch, tent.Region, tent.Segment, tent.Engine)):
+                        r.close()
+    finally:
+        tent.set_log_level(level)
+        batch.close()
+        alloc.close()
+        region.close()
+    assert unexpected == []
