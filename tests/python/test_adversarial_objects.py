@@ -281,3 +281,17 @@ def test_every_public_call_with_a_wrong_value_in_each_argument(engine, self_segm
         alloc.close()
         region.close()
     assert unexpected == []
+
+
+def test_engine_options_with_a_wrong_value_in_each():
+    import inspect
+
+    for p in list(inspect.signature(tent.Engine.__init__).parameters.values())[1:]:
+        for value in _WRONG + [["local", 5], ("local",)]:
+            kw = {p.name: value}
+            if p.name != "transports":
+                kw["transports"] = "local"
+            try:
+                tent.Engine(**kw).close()
+            except (TypeError, ValueError, tent.TentError):
+                pass
