@@ -148,7 +148,8 @@ FUZZ_TARGETS := memory/host/slab:FuzzSlabOps wire:FuzzUnmarshalSegmentDesc wire:
                 transport/internal/lease:FuzzDecodeRequest transport/internal/lease:FuzzDecodeAnswerEntry \
                 transport/rdma:FuzzDecodeReply internal/netaddr:FuzzCheck \
                 transport/tcp:FuzzHeaders transport/tcp:FuzzServe transport/shm:FuzzDecodeLease \
-                transport/shm:FuzzDecodeGrant transport/shm:FuzzDecodeRevoke capi:FuzzRegister capi:FuzzTransferRequests capi:FuzzTransferColumns capi:FuzzSplitTransports
+                transport/shm:FuzzDecodeGrant transport/shm:FuzzDecodeRevoke capi:FuzzRegister capi:FuzzTransferRequests capi:FuzzTransferColumns capi:FuzzSplitTransports \
+                core:FuzzControlReplies
 
 test-fuzz:
 	@mkdir -p $(BUILD); set -e; for t in $(FUZZ_TARGETS); do \
