@@ -392,3 +392,22 @@ def test_a_bare_ipv6_local_hostname_initializes_with_p2phandshake():
     finally:
         target.close()
         initiator.close()
+
+
+def test_a_region_registered_twice_is_deregistered_twice(agent):
+    # NIXL registers a descriptor each time it is given (in one list or in
+    # two calls) and each registration is deregistered on its own: a
+    # worker's shutdown deregisters every list it registered
+    import nixl._bindings as bindings
+
+    mem = np.zeros(8192, np.uint8)
+    row = (mem.ctypes.data, mem.nbytes, 0, "")
+    first = agent.register_memory([row], "DRAM")
+    second = agent.register_memory([row, row], "DRAM")
+    assert agent.tent_engine.stats()["regions"] == 1  # one tent registration behind them
+    agent.deregister_memory(second)
+    assert agent.query_memory([row], "UCX", "DRAM")[0] is not None  # the first still holds it
+    agent.deregister_memory(first)
+    assert agent.tent_engine.stats()["regions"] == 0
+    with pytest.raises(bindings.nixlNotFoundError):
+        agent.deregister_memory(first)

@@ -399,6 +399,9 @@ class nixl_agent:  # noqa: N801
         self._handles = 0
         self._regions = _Regions()
         self._registered: Dict[Tuple[int, int], tent.Region] = {}
+        # how many register_memory calls hold each region: NIXL registers a
+        # descriptor again each time it is given, and each is deregistered once
+        self._holds: Dict[Tuple[int, int], int] = {}
         self._remotes: Dict[str, _Remote] = {}
         self._dlists: Dict[int, _Dlist] = {}
         self._xfers: Dict[int, _Xfer] = {}
@@ -451,6 +454,7 @@ class nixl_agent:  # noqa: N801
             for region in self._registered.values():
                 _close_quietly(region)
             self._registered.clear()
+            self._holds.clear()
             self._engine.close()
 
     def __del__(self) -> None:
@@ -646,9 +650,10 @@ class nixl_agent:  # noqa: N801
             raise nixlNotSupportedError(f"tent registers DRAM and VRAM, not {mem.name}")
         items = [(int(a), int(n), int(d)) for a, n, d in descs.rows]
         with self._lock:
-            fresh = [it for it in items if (it[0], it[1]) not in self._registered]
-            if len(set((a, n) for a, n, _ in fresh)) != len(fresh):
-                raise nixlInvalidParamError("register_memory: the same region is listed twice")
+            fresh: List[Tuple[int, int, int]] = []
+            for it in items:  # a region given again (here or before) is held again, not registered twice
+                if (it[0], it[1]) not in self._registered and all(f[:2] != it[:2] for f in fresh):
+                    fresh.append(it)
             loc = (lambda dev: "cpu") if int(mem) == int(nixlBind.DRAM_SEG) else (lambda dev: f"cuda:{dev}")
             try:
                 regions = self._engine.register_batch([((a, n), loc(d)) for a, n, d in fresh]) if fresh else []
@@ -656,6 +661,8 @@ class nixl_agent:  # noqa: N801
                 raise nixl_error(exc, "register_memory") from None
             for (a, n, d), r in zip(fresh, regions):
                 self._registered[(a, n)] = r
+            for a, n, _ in items:
+                self._holds[(a, n)] = self._holds.get((a, n), 0) + 1
             self._regions = self._regions.merged((a, n, d, int(mem)) for a, n, d in fresh)
         return descs
 
@@ -666,17 +673,22 @@ class nixl_agent:  # noqa: N801
             raise nixlInvalidParamError("deregister_memory takes the nixlRegDList register_memory returned")
         items = [(int(a), int(n), int(d)) for a, n, d in dereg_list.rows]
         with self._lock:
-            missing = [it for it in items if (it[0], it[1]) not in self._registered]
+            wanted: Dict[Tuple[int, int], int] = {}
+            for a, n, _ in items:
+                wanted[(a, n)] = wanted.get((a, n), 0) + 1
+            missing = [k for k, c in wanted.items() if self._holds.get(k, 0) < c]
             if missing:
                 raise nixlNotFoundError(f"deregister_memory: {missing[0][0]:#x}+{missing[0][1]} is not registered")
-            regions = [self._registered[(a, n)] for a, n, _ in items]
+            gone = {k for k, c in wanted.items() if self._holds[k] == c}
             try:
-                self._engine.unregister_batch(regions)
+                if gone:
+                    self._engine.unregister_batch([self._registered[k] for k in gone])
             except Exception as exc:  # noqa: BLE001
                 raise nixl_error(exc, "deregister_memory") from None
-            for a, n, _ in items:
-                del self._registered[(a, n)]
-            gone = {(a, n) for a, n, _ in items}
+            for k, c in wanted.items():
+                self._holds[k] -= c
+                if not self._holds[k]:
+                    del self._holds[k], self._registered[k]
             self._regions = _Regions(r for r in self._regions.items if (r[0], r[1]) not in gone)
 
     def query_memory(self, reg_list: Any, backend: str, mem_type: Optional[str] = None) -> List[Optional[Dict[str, str]]]:
