@@ -193,6 +193,14 @@
 // it to leave. The payload of a READ reply for a dead request goes to
 // scratch, a dead WRITE not yet sent is not sent.
 //
+// The states and chunks of one Submit call are reused by a later call
+// once every request of it is completely over: completed, no chunk left
+// on the wire, no goroutine inside its memory, and no Cancel or Help
+// holding a state it found (request.go, submission). So a batch's
+// header fields are copied into the write's buffer when its group is
+// taken, and the end of a write touches only the WRITE states it
+// entered.
+//
 // # Lifetimes
 //
 // A connection that has carried nothing for two minutes (no chunk queued,
