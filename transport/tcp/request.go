@@ -46,7 +46,8 @@ type reqState struct {
 	busy      int  // goroutines inside the local memory
 	dead      bool
 	completed bool
-	released  bool // given back to sub: completed, no chunk left, no goroutine inside
+	finished  bool // complete has returned
+	released  bool // given back to sub: finished, no chunk left, no goroutine inside
 	err       error
 }
 
@@ -101,19 +102,30 @@ func (s *reqState) settle(chunk, exit bool, err error) {
 		s.completed = true
 		err = s.err
 	}
-	// A dead request completes before its last chunks are answered; its
-	// state is given back only once no chunk or goroutine refers to it.
-	free := s.sub != nil && s.completed && s.remaining == 0 && s.busy == 0 && !s.released
-	if free {
-		s.released = true
-	}
+	free := !fire && s.releasableLocked()
 	s.mu.Unlock()
 	if fire {
 		s.complete(err)
+		s.mu.Lock()
+		s.finished = true
+		free = s.releasableLocked()
+		s.mu.Unlock()
 	}
 	if free {
 		s.sub.unref()
 	}
+}
+
+// releasableLocked reports, once, that s may be given back to its
+// submission: complete has returned (a dead request completes before its
+// last chunks are answered), no chunk is left and no goroutine is inside
+// its memory. s.mu is held.
+func (s *reqState) releasableLocked() bool {
+	if s.sub == nil || !s.finished || s.remaining != 0 || s.busy != 0 || s.released {
+		return false
+	}
+	s.released = true
+	return true
 }
 
 // hold keeps s from being reused until unhold, for a goroutine that found
