@@ -14,3 +14,14 @@ func (b *Batch) RequestAt(i int) *Request { return &b.reqs[i] }
 // CallsInProgress is how many calls of the caller's (Status, Wait,
 // Cancel) are inside the batch now.
 func (b *Batch) CallsInProgress() int64 { return b.uses.Load() / useOne }
+
+// LockEngine takes the engine's lock until the returned func is called, so
+// that a test can stop a completion inside batchSettled.
+func (e *Engine) LockEngine() (unlock func()) { e.mu.Lock(); return e.mu.Unlock }
+
+// ReleaseOnly is ReleaseBatch without the engine's lock (which a test may
+// be holding): the batch is released and recycled if nothing reaches it.
+func (b *Batch) ReleaseOnly() { b.release() }
+
+// Recycled says whether the batch's requests went back to the slabs.
+func (b *Batch) Recycled() bool { return b.uses.Load()&batchRecycled != 0 }

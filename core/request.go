@@ -560,6 +560,10 @@ func (b *Batch) allFinal() {
 // expire fails every request still pending with code (Timeout, Canceled,
 // Closed). Movers keep their requests until they call Done.
 func (b *Batch) expire(code status.Code, why string) {
+	// Never reused afterwards: a mover's Done may be between its settle
+	// and its finish, and a Cancel that sees the batch settled returns
+	// before that finish has run (it would land on a later batch's request).
+	b.keep.Store(true)
 	for i := range b.reqs {
 		r := &b.reqs[i]
 		if status.Code(r.status.Load()) == status.Pending {

@@ -323,3 +323,34 @@ func TestReusedPointersAfterAFailedRoute(t *testing.T) {
 	requireAllOK(t, next)
 	require.Zero(t, a.Stats().DuplicateCompletions)
 }
+
+// A mover's Done racing Cancel: Cancel returns once the last request is
+// settled, and the caller releases the batch at once, while that Done has
+// still to finish the request (here it is stopped in the engine's lock,
+// between the two). The batch must not be recycled then: the finish would
+// give the first batch's outcome to a request of a later batch.
+func TestCancelRacingADoneIsNotReused(t *testing.T) {
+	m := coretest.NewMover("forgets")
+	a, reqs := reuseSetup(t, m)
+	m.Hold()
+	first := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.Entered()
+	canceled := make(chan bool, 1)
+	go func() { canceled <- first.Cancel() }()
+	require.Eventually(t, func() bool { return m.Canceled() == len(reqs) }, time.Minute, time.Millisecond)
+	unlock := a.LockEngine()
+	completed := make(chan struct{})
+	go func() { m.ReleaseAll(); close(completed) }()
+	require.True(t, <-canceled, "Cancel returns when the movers let go")
+	first.ReleaseOnly()
+	recycled := first.Recycled()
+	unlock()
+	<-completed
+	require.False(t, recycled, "a batch was recycled while a Done was still finishing one of its requests")
+	a.ReleaseBatch(first)
+	next := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.Entered()
+	require.NotSame(t, first.RequestAt(0), next.RequestAt(0))
+	m.ReleaseAll()
+	requireAllOK(t, next)
+}
