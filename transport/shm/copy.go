@@ -472,6 +472,10 @@ wait:
 	return reason
 }
 
+func (j *job) lostErr() error {
+	return status.Errorf(status.TransportError, "shm: connection to %s lost during the copy", j.c.cl.name)
+}
+
 // stopErr says why request i must not be copied (further): uninstall,
 // a dead connection (the target has released the lease), cancel, or the
 // lease's deadline. The clock is read only every MiB.
@@ -480,12 +484,18 @@ func (j *job) stopErr(i int, n uint64) error {
 		return core.ErrUninstalled
 	}
 	if j.c.isDead() {
-		return status.Errorf(status.TransportError, "shm: connection to %s lost during the copy", j.c.cl.name)
+		return j.lostErr()
 	}
 	if j.cancel[i].Load() {
 		return errCanceled
 	}
 	if j.grants != nil && j.grants[i-j.lo].dead.Load() {
+		// A failing connection marks its grants dead too, after it is
+		// dead: look again, so that a lost peer is not reported as an
+		// unregistration.
+		if j.c.isDead() {
+			return j.lostErr()
+		}
 		return status.Errorf(status.NotRegistered, "shm: %s unregistered the memory during the copy", j.c.cl.name)
 	}
 	j.unTimed += n
