@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"runtime/debug"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tent-dev/tent/memory/host"
@@ -205,6 +206,17 @@ func sizedOut(a uintptr, size uint64, sizeName string, n uint64, what string) er
 // maxStringLen bounds an input string that has no tighter documented bound
 // (TENT_MAX_STRING_LEN in tent.h); a longer one is refused, not read on.
 const maxStringLen = 4096
+
+// readText is readString for names and addresses: they travel in JSON,
+// etcd keys and every language's strings, where bytes that are no text do
+// not round-trip, so text that is not valid UTF-8 is InvalidArgument.
+func readText(a uintptr, max int, what string) (s string, set bool, err error) {
+	s, set, err = readString(a, max, what)
+	if err == nil && !utf8.ValidString(s) {
+		return "", set, status.Errorf(status.InvalidArgument, "%s %q is not valid UTF-8", what, s)
+	}
+	return s, set, err
+}
 
 // readString copies the NUL-terminated string at a, of at most max bytes
 // without the NUL. NULL is "" with set false. It reads page by page, so it

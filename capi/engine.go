@@ -11,7 +11,6 @@ import (
 	"runtime/debug"
 	"strings"
 	"time"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tent-dev/tent/capi/internal/handles"
@@ -107,17 +106,12 @@ func engineOptions(a uintptr) (core.Options, error) {
 		{"metadata", p.metadata, maxStringLen, &o.Metadata},
 		{"metadata_prefix", p.metadataPrefix, maxStringLen, &o.MetadataPrefix},
 	} {
-		s, set, err := readString(f.p, f.max, "tent_engine_options."+f.name)
+		s, set, err := readText(f.p, f.max, "tent_engine_options."+f.name)
 		if err != nil {
 			return o, err
 		}
 		if set && s == "" {
 			return o, status.Errorf(status.InvalidArgument, "tent_engine_options.%s is \"\": pass NULL for the default", f.name)
-		}
-		if !utf8.ValidString(s) {
-			// Names and addresses travel in JSON, etcd keys and every
-			// language's strings: bytes that are no text do not round-trip.
-			return o, status.Errorf(status.InvalidArgument, "tent_engine_options.%s %q is not valid UTF-8", f.name, s)
 		}
 		*f.dst = s
 	}

@@ -9,7 +9,6 @@ import (
 	"math"
 	"runtime/debug"
 	"time"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tent-dev/tent/capi/internal/handles"
@@ -122,12 +121,9 @@ func tentgo_segment_open(id C.uint64_t, name C.uintptr_t, out C.uintptr_t) (st C
 	if err := requireOut(uintptr(out), 8, "segment_out"); err != nil {
 		return fail(err)
 	}
-	n, _, err := readString(uintptr(name), wire.MaxNameLen, "name")
+	n, _, err := readText(uintptr(name), wire.MaxNameLen, "name")
 	if err != nil {
 		return fail(err)
-	}
-	if !utf8.ValidString(n) {
-		return fail(status.Errorf(status.InvalidArgument, "segment name %q is not valid UTF-8 (no engine can have it)", n))
 	}
 	s, err := e.core.OpenSegment(n)
 	if err != nil {
