@@ -12,7 +12,7 @@
 #                         imports (sweep.py refuses --plot without it, exit 2,
 #                         before the sweep).
 #   make bench-compare [ARGS=--quick]   tent next to Mooncake and NIXL, with a
-#                         C TCP ping-pong as the floor (bench/compare/)
+#                         C TCP ping-pong and a C memcpy as the floors (bench/compare/)
 #   make bench-register   registration through the C ABI (bench/c/)
 #   make bench-overhead   the Python layer's per-call cost next to C (bench/overhead/)
 
@@ -23,7 +23,7 @@ BENCH_ARGS ?= --transport local,shm,shm:register,tcp --op write,read --block-siz
 .PHONY: bench bench-compare bench-register bench-overhead
 
 # tests/python/test_bench.py runs the C++ sweep and the tcp floor briefly.
-test-python: $(BENCH_SWEEP_CPP) $(BENCH_OUT)/tcp_pingpong
+test-python: $(BENCH_SWEEP_CPP) $(BENCH_OUT)/tcp_pingpong $(BENCH_OUT)/memcpy_floor
 
 # The C++ twin includes cpp_examples/example_util.hpp (child processes, paths).
 $(BENCH_SWEEP_CPP): bench/sweep/sweep.cc $(CPP_DEPS)
@@ -39,7 +39,12 @@ $(BENCH_OUT)/tcp_pingpong: bench/c/tcp_pingpong.c
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -pthread -lm
 
-bench: wheel $(VENV_TEST)/.stamp $(BENCH_SWEEP_CPP)
+# The copy floor of bench and bench-compare: memcpy in C, the engines' layout (no libtent).
+$(BENCH_OUT)/memcpy_floor: bench/c/memcpy_floor.c
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -pthread -lm
+
+bench: wheel $(VENV_TEST)/.stamp $(BENCH_SWEEP_CPP) $(BENCH_OUT)/memcpy_floor
 	$(VENV_TEST)/bin/python -m pip install -q --force-reinstall --no-deps $(WHEEL_GLOB)
 	$(VENV_TEST)/bin/python bench/sweep/sweep.py $(BENCH_ARGS) --json $(BUILD)/bench-python.jsonl \
 	  $$($(VENV_TEST)/bin/python -c 'import matplotlib' 2>/dev/null && echo --plot $(BUILD)/bench-python.png)

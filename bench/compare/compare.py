@@ -40,9 +40,10 @@ Engines (--engines, comma-separated):
 Every UCX run has UCX_NET_DEVICES=lo (TCP stays on loopback) and
 UCX_PROTO_INFO=y (UCX prints the transport it chose; recorded).
 
-Limits, measured in the same run: single-thread memcpy at each block size
-(sweep.memcpy_gbps) and one iperf3 stream over loopback, before and
-after. Each figure is the median of --runs runs (engines interleaved within
+Limits, measured in the same run: memcpy in C at each block size, one
+thread and two, with the engines' layout of a batch (bench/c/memcpy_floor.c,
+build/bench/memcpy_floor; the fractions are of one thread's), and one
+iperf3 stream over loopback, before and after. Each figure is the median of --runs runs (engines interleaved within
 each run). Crashes (a process killed by a signal) and errors are counted and
 reported with their messages, never turned into numbers.
 
@@ -71,7 +72,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sweep"))
 # bench/sweep/sweep.py, beside this folder
-from sweep import iperf3_gbps, loadavg, machine, memcpy_gbps, parse_sizes, plot, size_label  # noqa: E402
+from sweep import MEMCPY_FLOOR, iperf3_gbps, loadavg, machine, memcpy_floor, parse_sizes, plot, size_label  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -298,10 +299,11 @@ def main(argv: Optional[List[str]] = None) -> int:
           file=sys.stderr)
     print("compare: " + ", ".join(meta["versions"]), file=sys.stderr)
 
-    limits: Dict[str, Any] = {"memcpy": {}, "iperf3": []}
-    for b in sizes:
-        span = max(min(256 << 20, b * args.batch), b)
-        limits["memcpy"][b] = memcpy_gbps(b, span, 0.3)
+    if not os.access(MEMCPY_FLOOR, os.X_OK):
+        p.error(f"{MEMCPY_FLOOR} is not built (make -C {ROOT} build/bench/memcpy_floor; run.sh does)")
+    floor = memcpy_floor(sizes, args.batch, [1, 2], args.span, 0.3) or {}
+    limits: Dict[str, Any] = {"memcpy": {b: floor[(b, 1)] for b in sizes},
+                              "memcpy2": {b: floor[(b, 2)] for b in sizes}, "iperf3": []}
     g, note = iperf3_gbps(args.iperf3_seconds)
     limits["iperf3"].append(g)
     meta["iperf3_note"] = note
@@ -354,8 +356,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                  f"load {meta['load_start']} -> {meta['load_end']}; {args.runs} runs, median shown; "
                  f"{args.duration:g} s per point; batch {args.batch}; wall {meta['wall_seconds'] / 60:.1f} min.")
     lines.append("")
-    lines.append("Limits in this run: memcpy (1 thread, GB/s) "
-                 + ", ".join(f"{size_label(b)} {v:.2f}" for b, v in sorted(limits["memcpy"].items()))
+    lines.append("Limits in this run: memcpy in C (GB/s, 1 thread / 2 threads) "
+                 + ", ".join(f"{size_label(b)} {v:.2f} / {limits['memcpy2'][b]:.2f}"
+                             for b, v in sorted(limits["memcpy"].items()))
                  + "; iperf3 loopback 1 stream (GB/s) before/after "
                  + " / ".join(f"{v:.3f}" if v else "n/a" for v in limits["iperf3"])
                  + (f" (mean {iperf_mean:.3f})" if iperf_mean else f" ({note})"))
@@ -444,6 +447,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         f.write(text)
     with open(os.path.join(res, "compare.json"), "w") as f:
         json.dump({"meta": meta, "limits": {"memcpy": {str(k): v for k, v in limits["memcpy"].items()},
+                                            "memcpy_2_threads": {str(k): v for k, v in limits["memcpy2"].items()},
                                             "iperf3": limits["iperf3"]},
                    "medians": medians, "crashes": crashes, "problems": problems, "checked": checked, "ucx": ucx,
                    "runs": [{k: v for k, v in o.items() if k != "records"} for o in runs]}, f, indent=1)

@@ -10,7 +10,7 @@
 # libibverbs1, librdmacm1, libnuma1 from Debian, installed here if missing),
 # nixl (which pulls nixl-cu12/cu13 and torch; it runs without a GPU), and
 # matplotlib for the plot; plus the tent wheel from `make wheel` and the C
-# floor build/bench/tcp_pingpong.
+# floors build/bench/tcp_pingpong and build/bench/memcpy_floor.
 # Results: bench/compare/results/ (compare.md, compare.json, compare.png).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
@@ -39,7 +39,7 @@ fi
   || echo "run.sh: pip install mooncake-transfer-engine-non-cuda FAILED (see above)" >&2
 "$venv/bin/python" -m pip install -q nixl || echo "run.sh: pip install nixl FAILED (see above)" >&2
 
-make -C "$root" -s wheel build/bench/tcp_pingpong
+make -C "$root" -s wheel build/bench/tcp_pingpong build/bench/memcpy_floor
 "$venv/bin/python" -m pip install -q --force-reinstall --no-deps "$root"/dist/tent-*.whl
 
 exec "$venv/bin/python" "$here/compare.py" "$@"

@@ -41,8 +41,10 @@ fills the source with a fresh pattern before each point and compares
 CRC-32 checksums of the destination and the source after it.
 
 Limits, measured in the same run unless ``--no-limits``: single-thread
-memcpy (ctypes.memmove of the same block sizes over the same span; at
-small blocks it includes Python's per-call cost, ~0.1-0.3 us) and one
+memcpy of the same block sizes laid out as the requests are
+(build/bench/memcpy_floor, bench/c/memcpy_floor.c; where it is not built,
+ctypes.memmove, whose per-call cost of ~0.1-0.3 us shows at small blocks;
+the limit record says which) and one
 ``iperf3`` stream over loopback, before and after the sweep. Each figure is
 shown as a fraction of its limit: local and shm of memcpy at that block
 size, tcp of iperf3 (the mean of the before and after runs).
@@ -436,6 +438,24 @@ def loadavg() -> List[float]:
         return [round(x, 2) for x in os.getloadavg()]
     except OSError:
         return []
+
+
+MEMCPY_FLOOR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "build", "bench", "memcpy_floor")
+
+
+def memcpy_floor(blocks: Sequence[int], batch: int, threads: Sequence[int], span: Any,
+                 seconds: float) -> Optional[Dict[Tuple[int, int], float]]:
+    """{(block, threads): GB/s} from bench/c/memcpy_floor.c (build/bench/
+    memcpy_floor): C memcpy of each block size in batches laid out as the
+    engines' requests are (layout()), best of three rounds; None when it is
+    not built. Unlike memcpy_gbps it has no per-call cost of its own."""
+    if not os.access(MEMCPY_FLOOR, os.X_OK):
+        return None
+    out = subprocess.run([MEMCPY_FLOOR, "--block-size", ",".join(str(b) for b in blocks), "--batch", str(batch),
+                          "--threads", ",".join(str(t) for t in threads), "--span", str(span),
+                          "--seconds", str(seconds)], capture_output=True, text=True, timeout=600, check=True)
+    recs = [json.loads(line) for line in out.stdout.splitlines() if line.strip()]
+    return {(r["block_size"], r["threads"]): r["gbps"] for r in recs if r.get("type") == "limit"}
 
 
 def memcpy_gbps(block: int, span: int, seconds: float) -> float:
@@ -1045,11 +1065,16 @@ def main(args: argparse.Namespace) -> int:
                 want_tcp = any(p.transport == "tcp" for p in points)
                 copy_blocks = sorted({p.block for p in points if p.transport in ("local", "shm")})
                 if args.limits:
+                    floor = memcpy_floor(copy_blocks, max(args.batch), [1], args.span,
+                                         args.memcpy_seconds) if copy_blocks else None
                     for b in copy_blocks:
-                        g = memcpy_gbps(b, max(min(args.span, b * max(args.batch)), b), args.memcpy_seconds)
+                        if floor is not None:
+                            g, how = floor[(b, 1)], "C memcpy, 1 thread (build/bench/memcpy_floor)"
+                        else:
+                            g = memcpy_gbps(b, max(min(args.span, b * max(args.batch)), b), args.memcpy_seconds)
+                            how = "ctypes.memmove, 1 thread (build/bench/memcpy_floor not built)"
                         limits["memcpy"][b] = g
-                        runner.emit({"type": "limit", "kind": "memcpy", "block_size": b, "gbps": g,
-                                     "how": "ctypes.memmove, 1 thread"})
+                        runner.emit({"type": "limit", "kind": "memcpy", "block_size": b, "gbps": g, "how": how})
                     if want_tcp:
                         measure_iperf3("before")
                 prog = Progress(len(points), progress_on)

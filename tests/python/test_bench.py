@@ -17,6 +17,7 @@ import tent
 from conftest import SOURCE_DIR
 
 SWEEP_PY = os.path.join(SOURCE_DIR, "bench", "sweep", "sweep.py")
+MEMCPY_FLOOR = os.path.join(SOURCE_DIR, "build", "bench", "memcpy_floor")
 TRANSPORTS = [("local", "alloc"), ("shm", "alloc"), ("shm", "register"), ("tcp", "alloc")]
 OPS = ["WRITE", "READ"]
 BLOCKS = [4096, 65536]
@@ -74,6 +75,9 @@ def test_sweep(tmp_path):
     rows = [ln for ln in p.stdout.splitlines() if ln.startswith(("local/", "shm/", "tcp/"))]
     assert len(rows) == 32 and all(ln.rstrip().endswith("ok") for ln in rows), p.stdout
     assert "% memcpy" in p.stdout and "limit memcpy" in p.stdout
+    if os.path.exists(MEMCPY_FLOOR):  # the limit is C's memcpy, not ctypes.memmove
+        hows = {r["how"] for r in records(out) if r["type"] == "limit" and r["kind"] == "memcpy"}
+        assert hows == {"C memcpy, 1 thread (build/bench/memcpy_floor)"}, hows
 
     # an earlier run's table (and plot) from its JSON lines
     png = tmp_path / "out.png"
@@ -306,6 +310,24 @@ def test_tcp_floor_points(tmp_path):
         assert r["gbps"] > 0 and 0 < r["batch_us"]["p50"] <= r["batch_us"]["p99"] <= r["batch_us"]["max"], r
     p = subprocess.run([PINGPONG, "--block-size", "4Q"], capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "bad argument --block-size 4Q" in p.stderr, p.stderr
+
+
+@pytest.mark.skipif(not os.path.exists(MEMCPY_FLOOR), reason="build/bench/memcpy_floor not built")
+def test_memcpy_floor_limits(tmp_path):
+    out = tmp_path / "floor.jsonl"
+    p = subprocess.run([MEMCPY_FLOOR, "--block-size", "4K,64K", "--batch", "8", "--threads", "1,2",
+                        "--span", "256K", "--seconds", "0.03", "--json", str(out)],
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    recs = records(out)
+    assert {(r["block_size"], r["threads"]) for r in recs} == {(b, t) for b in (4096, 65536) for t in (1, 2)}
+    for r in recs:
+        assert r["type"] == "limit" and r["kind"] == "memcpy" and r["impl"] == "c" and r["gbps"] > 0, r
+        # the engines' layout: a thread's batch, wrapping within --span
+        assert r["span"] == min(r["block_size"] * 8 * r["threads"], 256 << 10), r
+    for bad in (["--threads", "0"], ["--threads", "17"], ["--block-size", "4Q"], ["--seconds", "nan"], ["--batch"]):
+        p = subprocess.run([MEMCPY_FLOOR, *bad], capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and "bad argument" in p.stderr, (bad, p.stderr)
 
 
 @pytest.mark.skipif(not os.path.exists(PINGPONG), reason="build/bench/tcp_pingpong not built")
