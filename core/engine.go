@@ -134,6 +134,10 @@ type Engine struct {
 	duplicateDone atomic.Int64 // completions reported twice (transport bugs)
 	slabs         slabs        // Request values of released batches, for reuse
 	log           *slog.Logger // Options.Logger with the engine's name
+	// acquiredHook, nil outside tests, runs in Submit right after request
+	// i took its local region from Acquire (a test starts an unregister
+	// there, while the request's run owes its uses).
+	acquiredHook atomic.Pointer[func(i int)]
 
 	mu          sync.Mutex
 	closed      bool
@@ -347,7 +351,8 @@ func (e *Engine) Install(t Transport) error {
 		delete(e.unavailable, name)
 		spec, _ := e.available.lookup(name)
 		_, forgets := t.(Forgetter)
-		e.transports = append(e.transports, &installed{t: t, id: spec.ID, forgets: forgets})
+		_, byRegion := t.(RegionEligible)
+		e.transports = append(e.transports, &installed{t: t, id: spec.ID, forgets: forgets, byRegion: byRegion})
 		e.refreshMovers()
 		e.generation++ // the descriptor lists a new endpoint
 	}

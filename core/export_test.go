@@ -25,3 +25,18 @@ func (b *Batch) ReleaseOnly() { b.release() }
 
 // Recycled says whether the batch's requests went back to the slabs.
 func (b *Batch) Recycled() bool { return b.uses.Load()&batchRecycled != 0 }
+
+// OnAcquired runs f(i) in Submit right after request i took its local
+// region from the index (nil: no longer).
+func (e *Engine) OnAcquired(f func(i int)) {
+	if f == nil {
+		e.acquiredHook.Store(nil)
+		return
+	}
+	e.acquiredHook.Store(&f)
+}
+
+// StartClosing marks r as an unregister does when it starts (new uses
+// refused), without waiting for its users; StopClosing undoes it.
+func (r *Region) StartClosing() { r.closing.Store(true) }
+func (r *Region) StopClosing()  { r.closing.Store(false) }

@@ -417,24 +417,24 @@ func (e *Engine) Acquire(addr, n uint64, access Access) (*Region, error) {
 	return r, nil
 }
 
-// reacquire takes one more use of r, which the caller already uses, for
-// [addr, addr+n) inside it, without the engine's lock and index: requests
-// of a batch mostly lie in the region of the request before. It returns
-// nil when r is nil, does not contain the range, or is
-// being unregistered; the caller then asks Acquire. While the caller's use
-// holds r, r stays registered, so the only change to look for is an
-// unregister that started: its closing flag is read after the use counts,
-// so the unregister either refuses this use or waits for it.
-func (r *Region) reacquire(addr, n uint64) *Region {
-	if r == nil || n == 0 || !r.Contains(addr, n) {
-		return nil
+// addUses takes n more uses of r, which the caller already uses, without
+// the engine's lock and index: requests of a batch mostly lie in the
+// region of the request before, and their uses are taken together, once
+// a run. It reports false, having taken none, when an unregister of r has
+// started. While the caller's use holds r, r stays registered, so the only
+// change to look for is an unregister that started: its closing flag is
+// read after the uses count, so the unregister either refuses these uses
+// or waits for them. A nil r or n of 0 takes nothing and reports true.
+func (r *Region) addUses(n int64) bool {
+	if r == nil || n == 0 {
+		return true
 	}
-	r.users.Add(1)
+	r.users.Add(n)
 	if r.closing.Load() {
-		r.release()
-		return nil
+		r.releaseN(n)
+		return false
 	}
-	return r
+	return true
 }
 
 // Release ends a use started by Acquire.

@@ -58,6 +58,17 @@ type Mover interface {
 	Submit(reqs []*Request)
 }
 
+// RegionEligible is a Mover whose Eligible answer depends only on a
+// request's Peer, Desc, LocalRegion and RemoteRegion (and on the mover's
+// own state), never on its addresses, length or op. Routing then asks it
+// once per run of consecutive requests that share those, not once per
+// request; a run's answer is its first request's.
+type RegionEligible interface {
+	Mover
+	// EligibleByRegion is the promise above; it does nothing.
+	EligibleByRegion()
+}
+
 // Canceler is implemented by movers that can abandon requests early (when
 // a batch is destroyed while in flight); they still call Done.
 type Canceler interface {
@@ -99,15 +110,26 @@ type Request struct {
 	mover atomic.Pointer[installed]
 	bytes atomic.Uint64
 
-	index    int32
-	attempts atomic.Int32
-	status   atomic.Int32
-	flags    atomic.Uint32
-	nic      atomic.Uint32 // MarkNIC: first | count<<16
+	index int32
+	// status is the request's code less Pending (code, finalize): a
+	// cleared Request is pending, so Submit stores nothing to start one.
+	status atomic.Int32
+	flags  atomic.Uint32
+	nic    atomic.Uint32 // MarkNIC: first | count<<16
 
-	state  atomic.Uint32 // reqSettled | reqCallerWaits
-	Op     Op
-	pinned bool // the caller named the transport: no retry elsewhere
+	state   atomic.Uint32 // reqSettled | reqCallerWaits
+	lastTry atomic.Bool   // no attempt may follow the current one (it is a retry, or routing failed)
+	Op      Op
+	pinned  bool // the caller named the transport: no retry elsewhere
+}
+
+// code is the request's status: Pending until finalize.
+func (r *Request) code() status.Code { return status.Code(r.status.Load()) + status.Pending }
+
+// finalize gives r its final code c, unless it has one; it reports
+// whether this call did.
+func (r *Request) finalize(c status.Code) bool {
+	return r.status.CompareAndSwap(0, int32(c-status.Pending))
 }
 
 // Bits of Request.state.
@@ -146,12 +168,12 @@ func (r *Request) Index() int { return int(r.index) }
 // panicking here would take the host process down.
 func (r *Request) Done(n uint64, err error) {
 	err = sanitize(err)
-	if err != nil && !r.pinned && r.attempts.Load() == 1 && status.CodeOf(err) == status.TransportError &&
-		r.status.Load() == int32(status.Pending) {
+	if err != nil && !r.pinned && !r.lastTry.Load() && status.CodeOf(err) == status.TransportError &&
+		r.code() == status.Pending {
 		if next := r.batch.e.nextMover(r); next != nil {
 			r.batch.e.log.Debug("retrying request on the next transport", "peer", r.Peer.name,
 				"from", r.mover.Load().t.Name(), "to", next.t.Name(), "reason", err)
-			r.attempts.Add(1)
+			r.lastTry.Store(true)
 			r.flags.Or(FlagRetried)
 			r.setCallerWaits(false) // retried off the caller's goroutine
 			r.batch.e.dispatch(next, []*Request{r})
@@ -220,7 +242,7 @@ func (b *Batch) doneRun(rs []*Request) {
 	}
 	won := int64(0)
 	for i, r := range rs {
-		if first&(1<<i) != 0 && r.status.CompareAndSwap(int32(status.Pending), int32(status.OK)) {
+		if first&(1<<i) != 0 && r.finalize(status.OK) {
 			won++
 		}
 	}
@@ -368,7 +390,7 @@ func (b *Batch) Status(out []RequestStatus) (status.Code, int, error) {
 	firstErr := -1
 	for i := range b.reqs {
 		r := &b.reqs[i]
-		c := status.Code(r.status.Load())
+		c := r.code()
 		if i < len(out) {
 			nic := r.nic.Load()
 			var transport uint32 // the id of the mover of the request's last attempt
@@ -389,7 +411,7 @@ func (b *Batch) Status(out []RequestStatus) (status.Code, int, error) {
 	case completed < len(b.reqs):
 		return status.Pending, completed, nil
 	case firstErr >= 0:
-		return status.Code(b.reqs[firstErr].status.Load()), completed, b.requestError(firstErr)
+		return b.reqs[firstErr].code(), completed, b.requestError(firstErr)
 	}
 	select {
 	case <-b.done:
@@ -410,7 +432,7 @@ func (b *Batch) requestError(i int) error {
 	if err := b.errs[i]; err != nil {
 		return status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
 	}
-	c := status.Code(b.reqs[i].status.Load())
+	c := b.reqs[i].code()
 	e, _ := status.Lookup(c)
 	return status.Errorf(c, "request %d: %s", i, e.Text)
 }
@@ -510,7 +532,7 @@ func (b *Batch) helpWith(m *installed, h Helper, r *Request, until time.Time) {
 // finish gives r its final visible status and error, once: whoever wins
 // the status also records the message, so the two always agree.
 func (b *Batch) finish(r *Request, code status.Code, err error) {
-	if r.status.CompareAndSwap(int32(status.Pending), int32(code)) {
+	if r.finalize(code) {
 		if err != nil {
 			b.setError(int(r.index), err)
 		}
@@ -543,7 +565,7 @@ func (b *Batch) allFinal() {
 		return
 	}
 	for i := range b.reqs {
-		if status.Code(b.reqs[i].status.Load()) != status.OK {
+		if b.reqs[i].code() != status.OK {
 			close(b.done) // no notification for data that did not arrive
 			return
 		}
@@ -566,7 +588,7 @@ func (b *Batch) expire(code status.Code, why string) {
 	b.keep.Store(true)
 	for i := range b.reqs {
 		r := &b.reqs[i]
-		if status.Code(r.status.Load()) == status.Pending {
+		if r.code() == status.Pending {
 			b.finish(r, code, status.Errorf(code, "%s", why))
 		}
 	}

@@ -50,32 +50,48 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	if len(o.Notify) > 0 {
 		b.notify = append([]byte(nil), o.Notify...)
 	}
-	var prev *Region // the local region of the previous request
+	// fail gives back the uses taken for the first n requests.
+	fail := func(n int, err error) (*Batch, error) {
+		b.releaseLocal(n)
+		e.slabs.put(sl) // no one else saw it
+		return nil, err
+	}
+	var (
+		prev *Region // the local region of the request before, whose use it took or owes
+		owed int64   // requests after the one that took prev's use, in prev too, whose uses are taken once the run ends
+	)
 	for i := range reqs {
 		tr := &reqs[i]
 		r := &b.reqs[i]
 		if err := e.checkRequest(tr); err != nil {
-			b.releaseLocal(i)
-			e.slabs.put(sl) // no one else saw it
-			return nil, status.Errorf(status.CodeOf(err), "request %d: %w", i, err)
+			return fail(i-int(owed), status.Errorf(status.CodeOf(err), "request %d: %w", i, err))
 		}
-		var err error
-		local := prev.reacquire(tr.Local, tr.Len)
-		if local == nil {
-			local, err = e.Acquire(tr.Local, tr.Len, AccessLocal)
-		}
-		if err != nil {
-			b.releaseLocal(i)
-			e.slabs.put(sl)
-			return nil, status.Errorf(status.CodeOf(err), "request %d: local memory: %w", i, err)
+		local := prev
+		if prev != nil && prev.Contains(tr.Local, tr.Len) {
+			owed++
+		} else {
+			if !prev.addUses(owed) {
+				return fail(i-int(owed), errUnregistering(i-int(owed), prev))
+			}
+			owed = 0
+			var err error
+			if local, err = e.Acquire(tr.Local, tr.Len, AccessLocal); err != nil {
+				return fail(i, status.Errorf(status.CodeOf(err), "request %d: local memory: %w", i, err))
+			}
+			if h := e.acquiredHook.Load(); h != nil {
+				(*h)(i)
+			}
 		}
 		// Field by field: copying a whole Request value would run the
-		// bulk write barrier over every pointer in it.
+		// bulk write barrier over every pointer in it. The slab is
+		// cleared, so a request starts pending, on its first attempt.
 		r.Op, r.Local, r.Remote, r.Len = tr.Op, tr.Local, tr.Remote, tr.Len
 		r.Peer, r.LocalRegion, r.Deadline, r.batch, r.index = tr.Segment.peer, local, b.deadline, b, int32(i)
 		r.pinned = hint != nil
-		r.status.Store(int32(status.Pending))
 		prev = local
+	}
+	if !prev.addUses(owed) {
+		return fail(len(reqs)-int(owed), errUnregistering(len(reqs)-int(owed), prev))
 	}
 	b.pending.Store(int64(len(reqs)))
 	b.unsettled.Store(int64(len(reqs)))
@@ -128,6 +144,13 @@ func (b *Batch) deadlinePassed(timeout time.Duration) {
 	b.expire(status.Timeout, fmt.Sprintf("deadline of %v exceeded", timeout))
 }
 
+// errUnregistering is Submit's failure for request i, in local region r
+// that an unregister has started on.
+func errUnregistering(i int, r *Region) error {
+	return status.Errorf(status.NotRegistered, "request %d: local memory: region [%#x, %#x) is being unregistered",
+		i, r.Addr, r.End())
+}
+
 func (b *Batch) releaseLocal(n int) {
 	for i := 0; i < n; i++ {
 		if r := b.reqs[i].LocalRegion; r != nil {
@@ -165,7 +188,7 @@ func (e *Engine) route(p *Peer, rs []*Request, hint *installed, refresh bool) {
 	desc, err := p.descriptor(refresh, rs[0].Deadline)
 	if err != nil {
 		for _, r := range rs {
-			r.attempts.Store(1)
+			r.lastTry.Store(true)
 			r.Done(0, err)
 		}
 		return
@@ -182,6 +205,12 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 		movers []*installed // the mover of each routed request, once they differ
 		retry  []*Request
 		prev   *wire.RegionDesc
+		// The mover chosen for the request before, and its regions, when
+		// every mover asked for it is a RegionEligible: a request in the
+		// same regions gets the same answer without asking again.
+		last       *installed
+		lastLocal  *Region
+		lastRemote *wire.RegionDesc
 	)
 	for _, r := range rs {
 		r.Desc = desc
@@ -191,20 +220,27 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 				retry = append(retry, r) // maybe registered since we cached it
 				continue
 			}
-			r.attempts.Store(1)
+			r.lastTry.Store(true)
 			r.Done(0, err)
 			continue
 		}
 		r.RemoteRegion = rr
 		prev = rr
-		m := hint
-		if m == nil {
-			m = e.firstMover(r)
-		} else if !e.eligible(m, r) {
-			m = nil
+		m := last
+		if m == nil || r.LocalRegion != lastLocal || rr != lastRemote {
+			byRegion := true
+			if m = hint; m == nil {
+				m, byRegion = e.firstMover(r)
+			} else if byRegion = m.byRegion; !e.eligible(m, r) {
+				m = nil
+			}
+			last, lastLocal, lastRemote = nil, nil, nil
+			if m != nil && byRegion {
+				last, lastLocal, lastRemote = m, r.LocalRegion, rr
+			}
 		}
 		if m == nil {
-			r.attempts.Store(1)
+			r.lastTry.Store(true)
 			r.Done(0, status.Errorf(status.Unsupported,
 				"no installed transport can move [%#x, +%d) to %s at %#x", r.Local, r.Len, p.name, r.Remote))
 			continue
@@ -224,9 +260,6 @@ func (e *Engine) routeWith(p *Peer, rs []*Request, hint *installed, desc *wire.S
 		routed = append(routed, r)
 	}
 	dispatchTo := func(m *installed, rs []*Request) {
-		for _, r := range rs {
-			r.attempts.Store(1)
-		}
 		e.noteRoute(p, m, hint != nil)
 		e.dispatch(m, rs)
 	}
@@ -318,7 +351,7 @@ func (e *Engine) dispatch(m *installed, rs []*Request) {
 		// settled requests are skipped.
 		for _, r := range rs {
 			if !r.isSettled() {
-				r.attempts.Store(2)
+				r.lastTry.Store(true)
 				r.Done(0, err)
 			}
 		}
@@ -354,13 +387,18 @@ func (e *Engine) eligible(m *installed, r *Request) (ok bool) {
 	return m.t.(Mover).Eligible(r)
 }
 
-func (e *Engine) firstMover(r *Request) *installed {
+// firstMover returns the first eligible mover for r, and whether every
+// mover it asked is a RegionEligible (so the answer holds for any request
+// in r's peer, descriptor and regions).
+func (e *Engine) firstMover(r *Request) (*installed, bool) {
+	byRegion := true
 	for _, m := range e.movers() {
+		byRegion = byRegion && m.byRegion
 		if e.eligible(m, r) {
-			return m
+			return m, byRegion
 		}
 	}
-	return nil
+	return nil, byRegion
 }
 
 // nextMover returns the first eligible mover after r's current one.

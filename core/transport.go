@@ -147,10 +147,11 @@ func (s *transportSet) lookup(name string) (TransportSpec, bool) {
 // installed wraps an installed transport with a gate that lets Uninstall
 // wait for calls already inside it.
 type installed struct {
-	t       Transport
-	id      uint32 // its spec's ID, or TransportNone
-	forgets bool   // t is a Forgetter
-	gate    gate
+	t        Transport
+	id       uint32 // its spec's ID, or TransportNone
+	forgets  bool   // t is a Forgetter
+	byRegion bool   // t is a RegionEligible
+	gate     gate
 }
 
 // gate counts calls inside a transport and, once closed, admits no more.

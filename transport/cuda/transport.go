@@ -409,6 +409,10 @@ func isCUDALoc(loc string) bool { return loc == "cuda" || strings.HasPrefix(loc,
 // only before finishing it (core.Forgetter).
 func (t *Transport) ForgetsRequests() {}
 
+// EligibleByRegion: Eligible looks only at the peer, its descriptor, the
+// regions and this transport's own state (core.RegionEligible).
+func (t *Transport) EligibleByRegion() {}
+
 func (t *Transport) Eligible(r *core.Request) bool {
 	if t.down.Load() {
 		return false

@@ -34,6 +34,10 @@ func (t *Transport) UnregisterMemory([]*core.Region) error { return nil }
 // goroutine that copies it, and not looked at afterwards (core.Forgetter).
 func (t *Transport) ForgetsRequests() {}
 
+// EligibleByRegion: Eligible looks only at the peer and the regions
+// (core.RegionEligible).
+func (t *Transport) EligibleByRegion() {}
+
 func (t *Transport) Eligible(r *core.Request) bool {
 	return r.Peer.Local() != nil && !r.LocalRegion.Loc.IsCUDA() &&
 		!strings.HasPrefix(r.RemoteRegion.Location, "cuda")

@@ -210,17 +210,9 @@ func (j *job) cachedCopy(c *conn, lo, hi int, deadline time.Time) (bool, error) 
 	}
 	defer t.exitCopy()
 	t.grantHits.Add(1)
-	if cap(j.grant) < n {
-		j.grant = make([]grantEntry, n)
-	}
-	j.grant = j.grant[:n]
-	for i, g := range under {
-		j.grant[i] = grantEntry{code: status.OK, alloc: g.alloc}
-	}
-	j.c, j.stop, j.lo, j.grants = c, deadline, lo, under
+	j.c, j.stop, j.lo, j.grants = c, deadline, lo, under // copyFrom takes each request's allocation from its grant
 	j.copyAll(lo, hi)
 	j.c, j.grants = nil, nil
-	clear(j.grant)
 	return true, nil
 }
 

@@ -56,6 +56,7 @@ type conn struct {
 	epoch   uint64              // the peer epoch the mappings were checked at
 	err     error               // set once the connection is dead
 	dead    chan struct{}
+	down    atomic.Bool // set just before dead closes: what a copy checks between requests
 	users   int  // jobs between their lease request and its release
 	retired bool // replaced (peer restarted): close when users reach 0
 
@@ -283,14 +284,7 @@ func peerPID(uc *net.UnixConn) (int, error) {
 	return cred.PID, nil // 0 when the peer's pid namespace is not ours: no process_vm
 }
 
-func (c *conn) isDead() bool {
-	select {
-	case <-c.dead:
-		return true
-	default:
-		return false
-	}
-}
+func (c *conn) isDead() bool { return c.down.Load() }
 
 // fail marks the connection dead, wakes every waiter, drops every mapping
 // (unmapped now, or when the last copy using it ends) and closes the
@@ -302,6 +296,7 @@ func (c *conn) fail(err error) {
 		return
 	}
 	c.err = err
+	c.down.Store(true)
 	close(c.dead)
 	c.t.log.Debug("shm session closed", "peer", c.cl.name, "pending", len(c.pending), "mappings", len(c.maps), "reason", err)
 	clear(c.pending)

@@ -120,10 +120,11 @@ func (t *Transport) getJobLocked(reqs []*core.Request) *job {
 	if cap(j.cancel) < n {
 		j.cancel = make([]atomic.Bool, n)
 	} else {
+		// No one else reads or writes them now (Cancel marks under t.mu,
+		// a job's copy reads its own use's marks): one clear, not a store
+		// each.
 		j.cancel = j.cancel[:n]
-		for i := range j.cancel {
-			j.cancel[i].Store(false)
-		}
+		clear(j.cancel)
 	}
 	if cap(j.errs) < n {
 		j.errs = make([]error, n)
@@ -572,18 +573,24 @@ func (j *job) copyFrom(i, lo, hi int) (next int) {
 	for ; i < hi; i++ {
 		j.cur = i
 		r := j.reqs[i]
-		g := &j.grant[i-lo]
-		if g.code != status.OK {
-			j.errs[i] = status.Errorf(g.code, "shm: %s refused remote %s of [%#x, %#x): %s",
-				c.cl.name, opName(r.Op), r.Remote, r.Remote+r.Len, g.msg)
-			continue
+		var alloc uint64
+		if j.grants != nil {
+			alloc = j.grants[i-lo].alloc // a standing grant: checked for r when it was held
+		} else {
+			g := &j.grant[i-lo]
+			if g.code != status.OK {
+				j.errs[i] = status.Errorf(g.code, "shm: %s refused remote %s of [%#x, %#x): %s",
+					c.cl.name, opName(r.Op), r.Remote, r.Remote+r.Len, g.msg)
+				continue
+			}
+			alloc = g.alloc
 		}
 		if err := j.stopErr(i, r.Len); err != nil {
 			j.errs[i] = err
 			continue
 		}
-		if g.alloc != 0 {
-			if m := j.mapFor(g.alloc); m != nil {
+		if alloc != 0 {
+			if m := j.mapFor(alloc); m != nil {
 				j.cachedCopyHook()
 				if j.copyMapped(i, m) {
 					continue

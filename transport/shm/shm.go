@@ -274,6 +274,11 @@ func (t *Transport) revokeGrants(match func(*core.Region) bool) {
 // (core.Forgetter).
 func (t *Transport) ForgetsRequests() {}
 
+// EligibleByRegion: Eligible looks only at the request's descriptor and
+// regions, and this transport's own record of peers denied process_vm
+// (core.RegionEligible).
+func (t *Transport) EligibleByRegion() {}
+
 // Eligible: same machine, the peer runs an shm listener, host memory on
 // both sides. Memory the peer did not allocate with tent_alloc needs
 // process_vm, which is skipped for a peer whose kernel refused it before.
