@@ -57,8 +57,8 @@ type conn struct {
 	err     error               // set once the connection is dead
 	dead    chan struct{}
 	down    atomic.Bool // set just before dead closes: what a copy checks between requests
-	users   int  // jobs between their lease request and its release
-	retired bool // replaced (peer restarted): close when users reach 0
+	users   int         // jobs between their lease request and its release
+	retired bool        // replaced (peer restarted): close when users reach 0
 
 	// Standing grants (see cache.go), on their own lock: the per-batch
 	// lookup takes it, and a revoke waits on it for copies to end.
