@@ -239,6 +239,9 @@ class Engine(_Managed):
         self._parked: List[Tuple[str, int, Any]] = []
         self._allocs: "weakref.WeakSet[AllocatedRegion]" = weakref.WeakSet()
         self._request_views = _RequestViews()
+        # (timeout, transport) -> the opts argument of transfers without a
+        # notify message (_options_arg): built once, never modified after.
+        self._options: Dict[Tuple[Any, Any], Any] = {}
         self._calls = dll
         self._fast = _lib.untyped()
         self._handle_arg = c_void_p(self._handle)  # for the untyped calls: never modified
@@ -520,6 +523,29 @@ class Engine(_Managed):
         opts.transport = _cstr(transport, "transport")
         return opts, keep
 
+    _MAX_OPTIONS = 32  # distinct (timeout, transport) pairs remembered per engine
+
+    def _options_arg(self, timeout: Optional[float], notify: Any, transport: Optional[str]) -> Tuple[Any, Any]:
+        """(the opts argument of a transfer call: None or a pointer to its
+        tent_transfer_options, keepalive). Options without a notify message
+        are the same for every call with the same timeout and transport,
+        and the library only reads them during the call: they are built
+        once per engine and reused (building them costs as much as the rest
+        of a batch's Python path). Only plain ints, floats and strs are
+        remembered: a bool or a subclass always takes the checks."""
+        if notify is None and type(timeout) in _PLAIN_TIMEOUTS and type(transport) in _PLAIN_TRANSPORTS:
+            key = (timeout, transport)
+            arg = self._options.get(key)
+            if arg is None:
+                opts, _ = self._transfer_options(timeout, None, transport)
+                arg = byref(opts) if opts is not None else None
+                if len(self._options) >= self._MAX_OPTIONS:
+                    self._options.clear()
+                self._options[key] = arg
+            return arg, None
+        opts, keep = self._transfer_options(timeout, notify, transport)
+        return (byref(opts) if opts is not None else None), keep
+
     def _sync(
         self,
         op: int,
@@ -558,7 +584,7 @@ class Engine(_Managed):
         if timeout is None and transport is None:
             opts = okeep = None
         else:
-            opts, okeep = self._transfer_options(timeout, None, transport)
+            opts, okeep = self._options_arg(timeout, None, transport)
         # One request and one status struct per thread, reused (the call is
         # synchronous): cheaper than allocating both per call. Taken out
         # while in use, so a re-entrant call (a finalizer) gets its own.
@@ -566,7 +592,7 @@ class Engine(_Managed):
         bufs = cache.pop("v", None) or _SyncBufs()
         try:
             _REQUEST_LAYOUT.pack_into(bufs.req, 0, op, 0, addr, seg, remote_addr, length)
-            st = bufs.call(self._handle_arg, bufs.preq, _ONE, opts if opts is None else byref(opts), bufs.pstatus)
+            st = bufs.call(self._handle_arg, bufs.preq, _ONE, opts, bufs.pstatus)
             del keep, okeep
             if st < 0:
                 check(st)
@@ -639,12 +665,12 @@ class Engine(_Managed):
         if timeout is None and notify is None and transport is None:
             opts = okeep = None
         else:
-            opts, okeep = self._transfer_options(timeout, notify, transport)
+            opts, okeep = self._options_arg(timeout, notify, transport)
         out = c_void_p()
         # Submits and reports the batch's state at once: a transfer already
         # finished (small local and shm ones often are) needs no wait call.
         st = self._fast.tent_transfer_poll(self._handle_arg, arr, _ONE if n == 1 else c_size_t(n),
-                                           opts if opts is None else byref(opts), byref(out))
+                                           opts, byref(out))
         del keep, okeep
         bh = out.value
         if bh is None:  # the call failed: nothing was submitted
@@ -1062,6 +1088,12 @@ class AllocatedRegion(Region):
             self._engine._park("alloc", self._handle, self._views)  # type: ignore[arg-type]
             self._handle = None
 
+
+# The timeouts and transports whose options Engine._options_arg remembers:
+# equal values of these types make equal options (an int and a float that
+# compare equal are the same number of milliseconds).
+_PLAIN_TIMEOUTS = frozenset((int, float, type(None)))
+_PLAIN_TRANSPORTS = frozenset((str, type(None)))
 
 # Exactly these types take _local's fast path (a subclass takes the checked one).
 _REGION_TYPES = (Region, AllocatedRegion)

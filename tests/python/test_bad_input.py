@@ -188,6 +188,42 @@ def test_batch_bad_arguments(setup):
     assert engine.stats()["batches"] == 0  # nothing was submitted
 
 
+def test_remembered_transfer_options_keep_their_checks(setup):
+    # Options of a (timeout, transport) pair are built once per engine and
+    # reused: a value equal to a remembered one but of another type is
+    # still checked, and a bad one is never remembered.
+    engine, src, dst, rs, rd, seg = setup
+    good = tent.make_requests("write", rs, seg, rd.addr, local_offsets=[0, 64], lengths=64)
+    for _ in range(2):
+        with engine.transfer(good, timeout=1, transport="local") as b:
+            b.wait()
+        engine.write(rs, seg, rd.addr, 64, timeout=1, transport="local")
+    with pytest.raises(TypeError):
+        engine.transfer(good, timeout=True, transport="local")  # True == 1, but not a number of seconds
+    with pytest.raises(TypeError):
+        engine.write(rs, seg, rd.addr, 64, timeout=True, transport="local")
+
+    class Named(str):
+        pass
+
+    with pytest.raises(tent.InvalidArgument):
+        engine.transfer(good, timeout=1, transport=Named("bogus"))
+    for _ in range(2):
+        with pytest.raises(tent.InvalidArgument):
+            engine.transfer(good, timeout=-1, transport="local")
+        with pytest.raises(tent.InvalidArgument):
+            engine.transfer(good, timeout=1, transport="bogus")
+        with pytest.raises(TypeError):
+            engine.transfer(good, timeout=[1], transport="local")
+    # many distinct pairs: each still right, the remembered ones bounded
+    for ms in range(1, 3 * engine._MAX_OPTIONS):
+        with engine.transfer(good, timeout=ms / 1000 + 1, transport="local") as b:
+            b.wait()
+    assert 0 < len(engine._options) <= engine._MAX_OPTIONS
+    np.testing.assert_array_equal(dst[:128], src[:128])
+    assert engine.stats()["batches"] == 0
+
+
 def test_make_requests_bad_arguments(setup):
     engine, src, dst, rs, rd, seg = setup
     kw = dict(local_offsets=[0, 64], lengths=64)
