@@ -107,8 +107,8 @@ type Request struct {
 	Deadline     time.Time
 
 	batch *Batch
-	mover atomic.Pointer[installed]
-	bytes atomic.Uint64
+	mover atomic.Pointer[installed] // nil: the batch's (moverOf)
+	bytes atomic.Uint64             // Done's n; DoneAll sets reqMovedAll instead
 
 	index int32
 	// status is the request's code less Pending (code, finalize): a
@@ -139,7 +139,43 @@ const (
 	// reqCallerWaits: this attempt was handed to its mover on the
 	// submitting goroutine of a Waiting batch, which will call Help next.
 	reqCallerWaits
+	// reqMovedAll: DoneAll settled the request, all its bytes moved
+	// (set with reqSettled, so the request's bytes need no store of their
+	// own).
+	reqMovedAll
 )
+
+// moverOf is the mover of r's current attempt (nil before dispatch): its
+// own, or else its batch's, which dispatch sets instead of one store per
+// request when it hands a mover the whole batch at once.
+func (r *Request) moverOf() *installed {
+	if m := r.mover.Load(); m != nil {
+		return m
+	}
+	return r.batch.mover.Load()
+}
+
+// movedBytes is what the request's status reports as moved.
+func (r *Request) movedBytes() uint64 {
+	if r.state.Load()&reqMovedAll != 0 {
+		return r.Len
+	}
+	return r.bytes.Load()
+}
+
+// settleAll settles r with all its bytes moved (DoneAll), unless it was
+// settled already (a duplicate): one atomic operation for both.
+func (r *Request) settleAll() bool {
+	for {
+		s := r.state.Load()
+		if s&reqSettled != 0 {
+			return false
+		}
+		if r.state.CompareAndSwap(s, s|reqSettled|reqMovedAll) {
+			return true
+		}
+	}
+}
 
 func (r *Request) isSettled() bool { return r.state.Load()&reqSettled != 0 }
 
@@ -172,7 +208,7 @@ func (r *Request) Done(n uint64, err error) {
 		r.code() == status.Pending {
 		if next := r.batch.e.nextMover(r); next != nil {
 			r.batch.e.log.Debug("retrying request on the next transport", "peer", r.Peer.name,
-				"from", r.mover.Load().t.Name(), "to", next.t.Name(), "reason", err)
+				"from", r.moverOf().t.Name(), "to", next.t.Name(), "reason", err)
 			r.lastTry.Store(true)
 			r.flags.Or(FlagRetried)
 			r.setCallerWaits(false) // retried off the caller's goroutine
@@ -220,12 +256,11 @@ func (b *Batch) doneRun(rs []*Request) {
 	var region *Region
 	uses := int64(0)
 	for i, r := range rs {
-		if r.state.Or(reqSettled)&reqSettled != 0 {
+		if !r.settleAll() {
 			b.e.duplicateDone.Add(1)
 			continue
 		}
 		first |= 1 << i
-		r.bytes.Store(r.Len)
 		if r.LocalRegion != region {
 			region.releaseN(uses)
 			region, uses = r.LocalRegion, 0
@@ -274,6 +309,9 @@ type Batch struct {
 	deadline time.Time
 	notify   []byte
 
+	// mover is the mover of every request whose own is nil (moverOf):
+	// set once, when dispatch hands one mover the whole batch at once.
+	mover     atomic.Pointer[installed]
 	pending   atomic.Int64 // requests without a final status
 	unsettled atomic.Int64 // requests a mover (or routing) still holds, and movers' Submit calls in progress
 	done      chan struct{}
@@ -394,10 +432,10 @@ func (b *Batch) Status(out []RequestStatus) (status.Code, int, error) {
 		if i < len(out) {
 			nic := r.nic.Load()
 			var transport uint32 // the id of the mover of the request's last attempt
-			if m := r.mover.Load(); m != nil {
+			if m := r.moverOf(); m != nil {
 				transport = m.id
 			}
-			out[i] = RequestStatus{Code: c, Transport: transport, Bytes: r.bytes.Load(), Flags: r.flags.Load(),
+			out[i] = RequestStatus{Code: c, Transport: transport, Bytes: r.movedBytes(), Flags: r.flags.Load(),
 				NIC: uint16(nic), NICs: uint16(nic >> 16)}
 		}
 		if c != status.Pending {
@@ -511,7 +549,7 @@ func (b *Batch) help(until time.Time) {
 		if r.isSettled() {
 			continue
 		}
-		if m := r.mover.Load(); m != nil {
+		if m := r.moverOf(); m != nil {
 			if h, ok := m.t.(Helper); ok {
 				b.helpWith(m, h, r, until)
 			}

@@ -12,6 +12,7 @@ import (
 	"github.com/tent-dev/tent/core/coretest"
 	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
+	"github.com/tent-dev/tent/transport/local"
 )
 
 // reuseSetup is an engine with only the given mover installed and four
@@ -353,4 +354,88 @@ func TestCancelRacingADoneIsNotReused(t *testing.T) {
 	require.NotSame(t, first.RequestAt(0), next.RequestAt(0))
 	m.ReleaseAll()
 	requireAllOK(t, next)
+}
+
+// failsSecond completes every request at once, except the one at index 1
+// of its batch, which fails as a transport failure (retried elsewhere).
+type failsSecond struct{ *coretest.Mover }
+
+func (m failsSecond) Submit(reqs []*core.Request) {
+	for _, r := range reqs {
+		if r.Index() == 1 {
+			r.Done(0, status.Errorf(status.TransportError, "wire cut"))
+			continue
+		}
+		r.Done(r.Len, nil)
+	}
+}
+
+// A status names the transport of its request's last attempt, whether
+// the whole batch went to one mover at once (one record for all), a
+// request was retried on another, or it never reached one (routing
+// failed): TransportNone.
+func TestStatusNamesEachRequestsMover(t *testing.T) {
+	const firstID = 71
+	a, err := core.New(core.Options{
+		LocalPeers: thisProcess,
+		Available: []core.TransportSpec{
+			{Name: "first", ID: firstID, Rank: 1, New: func() core.Transport { return failsSecond{coretest.NewMover("first")} }},
+			local.Spec(),
+		},
+		Transports: []string{"first", "local"},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = a.Close() })
+	reqs := requestsFrom(t, a)
+
+	check := func(reqs []core.TransferRequest, want []core.RequestStatus) {
+		t.Helper()
+		batch := submitOK(t, a, reqs, core.TransferOptions{})
+		_, _ = batch.Wait(10 * time.Second)
+		st := make([]core.RequestStatus, batch.Len())
+		batch.Status(st)
+		for i := range st {
+			require.Equal(t, want[i], core.RequestStatus{Code: st[i].Code, Transport: st[i].Transport, Bytes: st[i].Bytes,
+				Flags: st[i].Flags & core.FlagRetried}, "request %d", i)
+		}
+		a.ReleaseBatch(batch)
+	}
+	ok := core.RequestStatus{Code: status.OK, Transport: firstID, Bytes: 8}
+	retried := core.RequestStatus{Code: status.OK, Transport: local.ID, Bytes: 8, Flags: core.FlagRetried}
+	for range 2 { // the second time on reused requests
+		check(reqs, []core.RequestStatus{ok, retried, ok, ok})
+	}
+	check(reqs[:1], []core.RequestStatus{ok})
+	unrouted := append([]core.TransferRequest(nil), reqs...)
+	unrouted[2].Remote = 8 // not registered by the peer
+	check(unrouted, []core.RequestStatus{ok, retried, {Code: status.NotRegistered}, ok})
+	check(reqs, []core.RequestStatus{ok, retried, ok, ok})
+}
+
+// failThenRun fails every request, then reports them all moved (a buggy
+// second report).
+type failThenRun struct{ *coretest.Mover }
+
+func (m failThenRun) Submit(reqs []*core.Request) {
+	for _, r := range reqs {
+		r.Done(0, status.Errorf(status.PermissionDenied, "no"))
+	}
+	core.DoneAll(reqs)
+}
+
+// A DoneAll after a request's Done is a duplicate: it moves no bytes into
+// the status and changes nothing else.
+func TestDoneAllAfterDoneChangesNothing(t *testing.T) {
+	a, reqs := reuseSetup(t, failThenRun{coretest.NewMover("fails")})
+	batch := submitOK(t, a, reqs, core.TransferOptions{})
+	code, _ := batch.Wait(10 * time.Second)
+	require.Equal(t, status.PermissionDenied, code)
+	st := make([]core.RequestStatus, batch.Len())
+	batch.Status(st)
+	for i, s := range st {
+		require.Equal(t, status.PermissionDenied, s.Code, "request %d", i)
+		require.Zero(t, s.Bytes, "request %d", i)
+	}
+	require.EqualValues(t, len(reqs), a.Stats().DuplicateCompletions)
+	a.ReleaseBatch(batch)
 }

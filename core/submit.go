@@ -334,8 +334,15 @@ func (e *Engine) dispatch(m *installed, rs []*Request) {
 	}
 	b.unsettled.Add(1)
 	defer b.settle()
-	for _, r := range rs {
-		r.mover.Store(m) // also the transport its status names
+	// The mover is also the transport a request's status names. The whole
+	// batch, handed over at once (its first dispatch: no request has a
+	// mover yet), takes one store for all.
+	if len(rs) == len(b.reqs) && b.mover.Load() == nil {
+		b.mover.Store(m)
+	} else {
+		for _, r := range rs {
+			r.mover.Store(m)
+		}
 	}
 	if !m.gate.enter() {
 		for _, r := range rs {
@@ -405,7 +412,7 @@ func (e *Engine) firstMover(r *Request) (*installed, bool) {
 func (e *Engine) nextMover(r *Request) *installed {
 	past := false
 	for _, m := range e.movers() {
-		if m == r.mover.Load() {
+		if m == r.moverOf() {
 			past = true
 			continue
 		}
@@ -420,7 +427,7 @@ func (e *Engine) cancelMovers(b *Batch) {
 	by := map[*installed][]*Request{}
 	for i := range b.reqs {
 		r := &b.reqs[i]
-		if m := r.mover.Load(); !r.isSettled() && m != nil {
+		if m := r.moverOf(); !r.isSettled() && m != nil {
 			by[m] = append(by[m], r)
 		}
 	}
