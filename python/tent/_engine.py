@@ -659,9 +659,12 @@ class Engine(_Managed):
             h = self._h()  # raises
         seen = self._request_views.get(id(requests))
         if seen is not None and seen[0]() is requests:
-            arr, n, keep = seen[1], seen[2], requests
+            arr, n, narg = seen[1], seen[2], seen[3]
+            if arr is None:
+                arr = requests
         else:
-            arr, n, keep = _request_array(requests, self._request_views)
+            arr, n, _ = _request_array(requests, self._request_views)
+            narg = _ONE if n == 1 else c_size_t(n)
         if timeout is None and notify is None and transport is None:
             opts = okeep = None
         else:
@@ -669,9 +672,8 @@ class Engine(_Managed):
         out = c_void_p()
         # Submits and reports the batch's state at once: a transfer already
         # finished (small local and shm ones often are) needs no wait call.
-        st = self._fast.tent_transfer_poll(self._handle_arg, arr, _ONE if n == 1 else c_size_t(n),
-                                           opts, byref(out))
-        del keep, okeep
+        st = self._fast.tent_transfer_poll(self._handle_arg, arr, narg, opts, byref(out))
+        del okeep
         bh = out.value
         if bh is None:  # the call failed: nothing was submitted
             check(st if st < 0 else _lib.TENT_ERR_INTERNAL)
@@ -800,17 +802,19 @@ def _request_arrays(n: int) -> Any:
     return _lib.Request * n
 
 
-class _RequestViews(Dict[int, Tuple[Any, Any, int]]):
-    """The ctypes views of the numpy request arrays an engine transferred:
-    id(array) -> (weak reference to the array, view, n).
+class _RequestViews(Dict[int, Tuple[Any, Any, int, Any]]):
+    """The request arrays an engine transferred, as the transfer call takes
+    them: id(array) -> (weak reference to the array, its ctypes view (None
+    for a ctypes array: the array itself), n, n as the call's size_t).
 
     Building a view (through the buffer protocol or ``.ctypes``) costs more
     than the whole C call of a one-request transfer, and programs transfer
     the same prebuilt arrays again and again. A view stays right while its
     array lives: a numpy array's memory never moves, except by an in-place
     ``ndarray.resize``, which numpy refuses for an array that has a weak
-    reference. An entry goes with its array. Dict operations are atomic,
-    so threads share it without a lock."""
+    reference (a ctypes array is passed itself, wherever its memory is). An
+    entry goes with its array. Dict operations are atomic, so threads share
+    it without a lock."""
 
     _MAX = 256  # arrays remembered per engine; past it, start over
 
@@ -822,13 +826,12 @@ class _RequestViews(Dict[int, Tuple[Any, Any, int]]):
         def forget(_: Any) -> None:
             self.pop(key, None)
 
-        self[key] = (weakref.ref(array, forget), view, n)
+        self[key] = (weakref.ref(array, forget), view, n, _ONE if n == 1 else c_size_t(n))
 
 
 def _request_array(requests: Any, views: _RequestViews) -> Tuple[Any, int, Any]:
     """(ctypes array of Request, n, keepalive) for tent_transfer, without a
-    Python loop for numpy and ctypes arrays; a numpy array's view is added
-    to views."""
+    Python loop for numpy and ctypes arrays; those are added to views."""
     ndarray = _check.numpy_type("ndarray")
     if ndarray is not None and type(requests) is ndarray and requests.dtype is _dtypes.get("request"):
         # The common case (make_requests' arrays), with the checks of the
@@ -842,6 +845,8 @@ def _request_array(requests: Any, views: _RequestViews) -> Tuple[Any, int, Any]:
         n = len(requests)
         if n == 0:
             raise InvalidArgument("no requests")
+        if type(requests) is _request_arrays(n):  # not a subclass, whose length may vary
+            views.add(requests, None, n)
         return requests, n, requests
     if ndarray is not None and isinstance(requests, ndarray):
         dt = requests.dtype

@@ -247,6 +247,39 @@ def test_request_array_transferred_again(engine, self_segment):
         assert np.array_equal(dst[:300], src[:300])
 
 
+def test_ctypes_request_array_used_again(engine, self_segment):
+    """A ctypes request array used again moves what it holds now; the
+    engine remembers it (weakly) like a numpy one, but not an instance of
+    a subclass (whose length may change)."""
+    src = np.arange(4096, dtype=np.uint8)
+    dst = np.zeros_like(src)
+    with engine.register(src) as rs, engine.register(dst) as rd:
+        reqs = (tent.Request * 2)()
+        for i in range(3):
+            for j in range(2):
+                reqs[j] = tent.Request(tent.WRITE, 0, rs.addr + 64 * (2 * i + j), self_segment.handle,
+                                       rd.addr + 256 * i + 128 * j, 64)
+            with engine.transfer(reqs) as b:
+                b.wait()
+                assert [s.bytes for s in b.status()] == [64, 64]
+            for j in range(2):
+                k = 2 * i + j
+                assert np.array_equal(dst[256 * i + 128 * j:256 * i + 128 * j + 64], src[64 * k:64 * k + 64])
+        assert id(reqs) in engine._request_views
+        del reqs, b
+        gc.collect()
+        assert len(engine._request_views) == 0
+
+        class Requests(tent.Request * 1):
+            pass
+
+        one = Requests(tent.Request(tent.WRITE, 0, rs.addr, self_segment.handle, rd.addr + 4000, 64))
+        with engine.transfer(one) as b:
+            b.wait()
+        assert id(one) not in engine._request_views
+        assert np.array_equal(dst[4000:4064], src[:64])
+
+
 def test_wait_of_a_batch_finished_when_submitted():
     """A local batch is usually done when transfer() returns; wait() then
     needs no call, but still refuses a closed batch or engine and checks
