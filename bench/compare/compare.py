@@ -72,7 +72,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sweep"))
 # bench/sweep/sweep.py, beside this folder
-from sweep import MEMCPY_FLOOR, iperf3_gbps, loadavg, machine, memcpy_floor, parse_sizes, plot, size_label  # noqa: E402
+from sweep import LAYOUTS, MEMCPY_FLOOR, iperf3_gbps, loadavg, machine, memcpy_floor, parse_sizes, plot, size_label  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -106,7 +106,7 @@ def command(engine: str, phase: Tuple[str, int, str, int], args: argparse.Namesp
     py = sys.executable
     _, batch, blocks, threads = phase
     common = ["--op", "write,read", "--block-size", blocks, "--batch", str(batch),
-              "--duration", str(args.duration), "--span", args.span]
+              "--duration", str(args.duration), "--span", args.span, "--layout", args.layout]
     env = dict(os.environ)
     for k in list(env):
         if k.startswith(("UCX_", "MC_")):
@@ -274,6 +274,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--duration", type=float, default=2.0)
     p.add_argument("--span", default="256M")
+    p.add_argument("--layout", choices=LAYOUTS, default="contiguous",
+                   help="order of a batch's blocks for every engine (sweep.py --layout); the tcp floor's is contiguous")
     p.add_argument("--iperf3-seconds", type=float, default=3.0)
     p.add_argument("--engine-timeout", type=float, default=900.0, help="seconds one engine's sweep may take")
     p.add_argument("--results", default=os.path.join(HERE, "results"))
@@ -294,7 +296,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     t_start = time.monotonic()
     meta = {"date": started, "machine": machine(), "load_start": loadavg(), "versions": pip_freeze(),
             "argv": sys.argv[1:], "runs": args.runs, "duration": args.duration, "batch": args.batch,
-            "span": args.span, "engines": engines}
+            "span": args.span, "layout": args.layout, "engines": engines}
     print(f"compare: {started}, {meta['machine']['nproc']} cpus {meta['machine']['cpu']}, load {meta['load_start']}",
           file=sys.stderr)
     print("compare: " + ", ".join(meta["versions"]), file=sys.stderr)
@@ -354,7 +356,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     m = meta["machine"]
     lines.append(f"Comparison run {started} on {m['nproc']} cpus ({m['cpu']}), kernel {m['kernel']}; "
                  f"load {meta['load_start']} -> {meta['load_end']}; {args.runs} runs, median shown; "
-                 f"{args.duration:g} s per point; batch {args.batch}; wall {meta['wall_seconds'] / 60:.1f} min.")
+                 f"{args.duration:g} s per point; batch {args.batch}, layout {args.layout}; wall {meta['wall_seconds'] / 60:.1f} min.")
     lines.append("")
     lines.append("Limits in this run: memcpy in C (GB/s, 1 thread / 2 threads) "
                  + ", ".join(f"{size_label(b)} {v:.2f} / {limits['memcpy2'][b]:.2f}"

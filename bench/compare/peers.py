@@ -52,7 +52,7 @@ from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sweep"))
 # bench/sweep/sweep.py, beside this folder
-from sweep import (covered, crc, fill, layout, loadavg, machine, parse_ops, parse_size,  # noqa: E402
+from sweep import (LAYOUTS, covered, crc, fill, layout, loadavg, machine, parse_ops, parse_size,  # noqa: E402
                    parse_sizes, percentiles)
 
 
@@ -306,7 +306,7 @@ def initiator_main(args: argparse.Namespace) -> int:
 
 def run_point(args: argparse.Namespace, eng: Any, target: Target, op: str, block: int, seed: int) -> Dict[str, Any]:
     span = max(min(args.span, block * args.batch), block)
-    offs = layout(block, args.batch, span, 0)
+    offs = layout(block, args.batch, span, 0, args.layout)
     cov = covered(block, args.batch, 1, span)
     want = None
     if args.check:
@@ -338,7 +338,7 @@ def run_point(args: argparse.Namespace, eng: Any, target: Target, op: str, block
         eng.release(prepared)
     n = len(lat)
     moved = n * args.batch * block
-    rec: Dict[str, Any] = {"type": "point", "span": span, "batches": n, "requests": n * args.batch, "bytes": moved,
+    rec: Dict[str, Any] = {"type": "point", "span": span, "layout": args.layout, "batches": n, "requests": n * args.batch, "bytes": moved,
                            "seconds": secs, "gbps": moved / secs / 1e9, "requests_per_s": n * args.batch / secs,
                            "batch_us": percentiles(lat), "request_us": percentiles([x / args.batch for x in lat])}
     if want is not None:
@@ -362,6 +362,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--batch", type=int, default=128)
     p.add_argument("--duration", type=float, default=2.0)
     p.add_argument("--span", type=parse_size, default=256 << 20)
+    p.add_argument("--layout", choices=LAYOUTS, default="contiguous")
     p.add_argument("--check", action="store_true")
     p.add_argument("--json", default="-")
     p.add_argument("--ctl-in", type=int, help=argparse.SUPPRESS)

@@ -600,10 +600,22 @@ def expand(args: argparse.Namespace) -> List[Point]:
             for b in args.batch for th in args.threads]
 
 
-def layout(block: int, batch: int, span: int, tid: int) -> List[int]:
-    """Offsets (same locally and remotely) of one thread's requests."""
+LAYOUTS = ("contiguous", "shuffled")
+
+
+def layout(block: int, batch: int, span: int, tid: int, order: str = "contiguous") -> List[int]:
+    """Offsets (same locally and remotely) of one thread's requests. The
+    blocks are consecutive, wrapping within span; "shuffled" lists the same
+    blocks in another order, the even-numbered ones and then the odd, so
+    that no request continues the one before it (an engine cannot merge
+    neighbours: each request costs what a request costs)."""
     slots = max(1, span // block)
-    return [((tid * batch + i) % slots) * block for i in range(batch)]
+    offs = [((tid * batch + i) % slots) * block for i in range(batch)]
+    if order == "shuffled":
+        offs = offs[0::2] + offs[1::2]
+    elif order != "contiguous":
+        raise ValueError(f"layout {order!r}: one of {', '.join(LAYOUTS)}")
+    return offs
 
 
 def covered(block: int, batch: int, threads: int, span: int) -> int:
@@ -700,7 +712,7 @@ class Runner:
                 want = int(tc.call("fill", p.mem, self.seed, cov)["crc"])
         reqs = []
         for tid in range(p.threads):
-            offs = layout(p.block, p.batch, span, tid)
+            offs = layout(p.block, p.batch, span, tid, args.layout)
             arr = (_lib.Request * p.batch)()
             for i, off in enumerate(offs):
                 arr[i] = _lib.Request(opcode, 0, local.addr + off, seg, remote + off, p.block)
@@ -761,7 +773,7 @@ class Runner:
         # the last batch's statuses: every request served by the asked transport, none retried
         served.update(self._one(reqs[0], p.transport, check=True))
         all_lat = [x for xs in lat for x in xs]
-        rec: Dict[str, Any] = {"type": "point", **p.key(), "span": span, "batches": state["batches"],
+        rec: Dict[str, Any] = {"type": "point", **p.key(), "span": span, "layout": args.layout, "batches": state["batches"],
                                "requests": state["batches"] * p.batch, "bytes": state["bytes"], "seconds": secs,
                                "gbps": state["bytes"] / secs / 1e9,
                                "requests_per_s": state["batches"] * p.batch / secs,
@@ -980,6 +992,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     r.add_argument("--bytes", type=parse_size, default=0, help="byte budget per point (stops at whichever comes first)")
     r.add_argument("--span", type=parse_size, default=256 << 20,
                    help="memory per side the requests wrap around in (256M)")
+    r.add_argument("--layout", choices=LAYOUTS, default="contiguous",
+                   help="order of a batch's blocks: contiguous (each request continues the one before it) or "
+                        "shuffled (none does) (contiguous)")
     r.add_argument("--check", action="store_true", help="verify the data with CRC-32 after each point")
     r.add_argument("--timeout", type=parse_seconds, default=120.0, help="batch deadline in seconds (120)")
     r.add_argument("--streams", type=int, default=0, help="TCP connections per peer (default: the library's)")

@@ -312,6 +312,33 @@ def test_tcp_floor_points(tmp_path):
     assert p.returncode == 2 and "bad argument --block-size 4Q" in p.stderr, p.stderr
 
 
+def test_layouts_cover_the_same_blocks():
+    sys.path.insert(0, os.path.dirname(SWEEP_PY))
+    import sweep  # bench/sweep/sweep.py
+
+    for block, batch, span, tid in ((4096, 128, 256 << 20, 0), (4096, 128, 256 << 20, 1), (65536, 7, 1 << 20, 0),
+                                    (4096, 5, 8192, 0), (4096, 1, 4096, 0)):
+        c = sweep.layout(block, batch, span, tid)
+        s = sweep.layout(block, batch, span, tid, "shuffled")
+        assert sorted(c) == sorted(s) and len(s) == batch
+        assert all(b - a == block for a, b in zip(c, c[1:]) if b > a) and c[0] == (tid * batch * block) % span
+        if span // block >= batch:  # nothing wraps: no request continues the one before it
+            assert not any(b - a == block for a, b in zip(s, s[1:])), s
+    with pytest.raises(ValueError):
+        sweep.layout(4096, 4, 1 << 20, 0, "diagonal")
+
+
+def test_sweep_shuffled_layout_moves_the_right_data(tmp_path):
+    out = tmp_path / "shuffled.jsonl"
+    p = subprocess.run([sys.executable, SWEEP_PY, "--transport", "local,shm", "--op", "write,read", "--block-size", "4K",
+                        "--batch", "8", "--duration", "0.05", "--check", "--span", "1M", "--layout", "shuffled",
+                        "--no-limits", "--no-progress", "--json", str(out)],
+                       capture_output=True, text=True, timeout=240, cwd=str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    points = [r for r in records(out) if r["type"] == "point"]
+    assert len(points) == 4 and all(r["layout"] == "shuffled" and r["check"] == "ok" for r in points), points
+
+
 @pytest.mark.skipif(not os.path.exists(MEMCPY_FLOOR), reason="build/bench/memcpy_floor not built")
 def test_memcpy_floor_limits(tmp_path):
     out = tmp_path / "floor.jsonl"
