@@ -74,17 +74,19 @@ type job struct {
 	timer    *time.Timer
 
 	// State of the lease being copied.
-	c       *conn
-	stop    time.Time   // no copy step starts after this
-	unTimed uint64      // bytes copied since the clock was last read
-	cur     int         // request being copied (for the fault handler)
-	curMap  *mapping    // mapping the copy holds a reference on, across requests of one allocation
-	mapped  int64       // bytes copied through mappings, not yet counted in t.bytesMapped
-	lo      int         // first request of the run being copied
-	grants  []*standing // the standing grant of each request of the run; nil under a lease
-	under   []*standing // grants' backing store
-	pv      [2]pvmBatch
-	half    pvmBatch // the second half of a split process_vm call
+	c        *conn
+	stop     time.Time   // no copy step starts after this
+	unTimed  uint64      // bytes copied since the clock was last read
+	cur      int         // first request of the step being copied (for the fault handler)
+	curEnd   int         // end of that step (more than cur+1: a merged step)
+	unmerged int         // no step before this request is merged (a merged step faulted)
+	curMap   *mapping    // mapping the copy holds a reference on, across requests of one allocation
+	mapped   int64       // bytes copied through mappings, not yet counted in t.bytesMapped
+	lo       int         // first request of the run being copied
+	grants   []*standing // the standing grant of each request of the run; nil under a lease
+	under    []*standing // grants' backing store
+	pv       [2]pvmBatch
+	half     pvmBatch // the second half of a split process_vm call
 }
 
 // pvmBatch collects the iovecs of one direction for one process_vm call.
@@ -521,6 +523,7 @@ func (j *job) copyAll(lo, hi int) {
 	old := debug.SetPanicOnFault(true)
 	defer debug.SetPanicOnFault(old)
 	j.unTimed = 1 << 20 // read the clock before the first copy
+	j.unmerged = 0
 	for i := lo; i < hi; {
 		i = j.copyFrom(i, lo, hi)
 	}
@@ -561,29 +564,36 @@ func (j *job) putMap() {
 	}
 }
 
+// mergeMax bounds the bytes one copy step through a mapping moves for
+// requests that continue each other on both sides: under memmove's 1 MiB
+// threshold for non-temporal stores, so a merged step copies as its
+// requests alone would, and a revoke or cancel waits for at most that.
+const mergeMax = 512 << 10
+
 func (j *job) copyFrom(i, lo, hi int) (next int) {
 	defer func() {
 		if p := recover(); p != nil {
 			j.putMap()
+			if j.curEnd > j.cur+1 {
+				// A merged step faulted: its requests go again one by
+				// one, so that the fault fails only its own.
+				j.unmerged = j.curEnd
+				next = j.cur
+				return
+			}
 			j.errs[j.cur] = status.Errorf(status.TransportError, "shm: memory fault while copying: %v", p)
 			next = j.cur + 1
 		}
 	}()
-	c := j.c
 	for ; i < hi; i++ {
-		j.cur = i
+		if j.errs[i] != nil {
+			continue // failed its checks while a step before it was merged
+		}
+		j.cur, j.curEnd = i, i+1
 		r := j.reqs[i]
-		var alloc uint64
-		if j.grants != nil {
-			alloc = j.grants[i-lo].alloc // a standing grant: checked for r when it was held
-		} else {
-			g := &j.grant[i-lo]
-			if g.code != status.OK {
-				j.errs[i] = status.Errorf(g.code, "shm: %s refused remote %s of [%#x, %#x): %s",
-					c.cl.name, opName(r.Op), r.Remote, r.Remote+r.Len, g.msg)
-				continue
-			}
-			alloc = g.alloc
+		alloc, ok := j.allocOf(i, lo)
+		if !ok {
+			continue
 		}
 		if err := j.stopErr(i, r.Len); err != nil {
 			j.errs[i] = err
@@ -591,8 +601,11 @@ func (j *job) copyFrom(i, lo, hi int) (next int) {
 		}
 		if alloc != 0 {
 			if m := j.mapFor(alloc); m != nil {
+				end := j.mergeEnd(i, lo, hi, m)
+				j.curEnd = end
 				j.cachedCopyHook()
-				if j.copyMapped(i, m) {
+				if j.copyMapped(i, end, m) {
+					i = end - 1
 					continue
 				}
 			}
@@ -600,6 +613,65 @@ func (j *job) copyFrom(i, lo, hi int) (next int) {
 		j.addPVM(i)
 	}
 	return hi
+}
+
+// allocOf returns the allocation request i of the run from lo copies
+// through (0: process_vm only), or records the target's refusal of it
+// and reports false.
+func (j *job) allocOf(i, lo int) (uint64, bool) {
+	if j.grants != nil {
+		return j.grants[i-lo].alloc, true // a standing grant: checked for the request when it was held
+	}
+	g := &j.grant[i-lo]
+	if g.code != status.OK {
+		r := j.reqs[i]
+		j.errs[i] = status.Errorf(g.code, "shm: %s refused remote %s of [%#x, %#x): %s",
+			j.c.cl.name, opName(r.Op), r.Remote, r.Remote+r.Len, g.msg)
+		return 0, false
+	}
+	return g.alloc, true
+}
+
+// mergeEnd returns the end of the copy step through m that starts with
+// request i, checked: past the requests after it that continue it on
+// both sides with its op, through m's allocation, inside m and mergeMax
+// bytes in all, and that pass their own checks (stopErr, as each request
+// does before its step); i+1 when none does. A request that fails its
+// checks ends the step, its error recorded. The step copies every request
+// in it at once: a revoke, cancel or drop that comes during the step
+// stops the requests after it, as during one request's copy.
+func (j *job) mergeEnd(i, lo, hi int, m *mapping) int {
+	r := j.reqs[i]
+	if i < j.unmerged || r.Len >= mergeMax || !m.holds(r.Op, r.Remote, r.Len) {
+		return i + 1
+	}
+	local, remote, n := r.Local+r.Len, r.Remote+r.Len, r.Len
+	k := i + 1
+	for ; k < hi; k++ {
+		q := j.reqs[k]
+		if q.Op != r.Op || q.Local != local || q.Remote != remote || q.Len > mergeMax-n || !m.holds(r.Op, r.Remote, n+q.Len) {
+			break
+		}
+		alloc, ok := j.allocOf(k, lo)
+		if !ok || alloc != m.alloc {
+			break
+		}
+		if err := j.stopErr(k, q.Len); err != nil {
+			j.errs[k] = err
+			break
+		}
+		local, remote, n = local+q.Len, remote+q.Len, n+q.Len
+	}
+	return k
+}
+
+// holds reports whether m can serve op on the target's [addr, addr+n).
+func (m *mapping) holds(op core.Op, addr, n uint64) bool {
+	if addr < m.base || (op == core.OpWrite && !m.writable) {
+		return false
+	}
+	off := addr - m.base
+	return off <= m.size && n <= m.size-off
 }
 
 // cachedCopyHook runs the inCachedCopy test hook in a copy under
@@ -617,21 +689,21 @@ func opName(op core.Op) string {
 	return "write"
 }
 
-// copyMapped copies request i through m in steps of at most chunk bytes.
-// It reports false, having copied nothing, when m cannot serve it.
-func (j *job) copyMapped(i int, m *mapping) bool {
-	r := j.reqs[i]
-	if r.Remote < m.base {
+// copyMapped copies requests i to end (a step mergeEnd formed: end is
+// i+1, or they continue each other on both sides) through m, a single
+// request in steps of at most chunk bytes. It reports false, having
+// copied nothing, when m cannot serve them.
+func (j *job) copyMapped(i, end int, m *mapping) bool {
+	r, last := j.reqs[i], j.reqs[end-1]
+	size := last.Local + last.Len - r.Local
+	if !m.holds(r.Op, r.Remote, size) {
 		return false
 	}
 	off := r.Remote - m.base
-	if off > m.size || r.Len > m.size-off || (r.Op == core.OpWrite && !m.writable) {
-		return false
-	}
-	remote := m.mem[off : off+r.Len]
-	local := host.Bytes(r.Local, r.Len)
-	for done := uint64(0); done < r.Len; {
-		n := min(chunk, r.Len-done)
+	remote := m.mem[off : off+size]
+	local := host.Bytes(r.Local, size)
+	for done := uint64(0); done < size; {
+		n := min(chunk, size-done)
 		if done > 0 {
 			if err := j.stopErr(i, n); err != nil {
 				j.errs[i] = err
@@ -645,7 +717,7 @@ func (j *job) copyMapped(i int, m *mapping) bool {
 		}
 		done += n
 	}
-	j.mapped += int64(r.Len)
+	j.mapped += int64(size)
 	return true
 }
 

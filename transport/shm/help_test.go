@@ -336,7 +336,7 @@ func TestHelpUninstallWaitsForCopy(t *testing.T) {
 func TestHelpCancel(t *testing.T) {
 	const n = 8192
 	p := newGrantPair(t, core.Options{}, n)
-	r, err := p.target.Alloc(n, "", rw) // mapped: the copy steps request by request
+	r, err := p.target.Alloc(n, "", rw) // mapped: the copy steps request by request (apart)
 	require.NoError(t, err)
 	base := map[string]int64{}
 	primeGrant(t, p, r, n, base)
@@ -344,7 +344,7 @@ func TestHelpCancel(t *testing.T) {
 	clear(mem)
 
 	copy(p.local, peertest.Pattern(33, n))
-	b, waited, let, release := helpedCopy(t, p, writes(p, r, 2, n/2))
+	b, waited, let, release := helpedCopy(t, p, apart(p, r, 2, n/2))
 	// Request 0 has passed its checks; request 1 has not.
 	var reqs []*core.Request
 	p.tr.mu.Lock()
@@ -362,7 +362,7 @@ func TestHelpCancel(t *testing.T) {
 	p.e.ReleaseBatch(b)
 	require.Equal(t, status.OK, st[0].Code)
 	require.Equal(t, status.Canceled, st[1].Code)
-	require.Equal(t, peertest.Pattern(33, n)[:n/2], mem[:n/2])
+	require.Equal(t, peertest.Pattern(33, n)[n/2:], mem[:n/2])
 	require.Equal(t, make([]byte, n/2), mem[n/2:], "nothing of the canceled request landed")
 	require.EqualValues(t, 1, p.tr.Stats()["copies_helped"])
 	release()
