@@ -639,8 +639,20 @@ func (c *conn) readReply(byCaller bool) error {
 		return err
 	}
 	c.sent.pop()
-	c.reading.Store(ch)
-	c.lastUsed = time.Now()
+	idle := c.sent.len() == 0
+	if idle {
+		// The idle reaper looks at lastUsed only when nothing is due, so
+		// the last reply of a run is the one that counts.
+		c.lastUsed = time.Now()
+	}
+	// A reply without payload or message is in whole with its header:
+	// the stream is at the next boundary at once, and no chunk is in hand.
+	whole := h.n == 0 && h.msgLen == 0
+	if whole {
+		c.atBoundary = true
+	} else {
+		c.reading.Store(ch)
+	}
 	c.mu.Unlock()
 	if byCaller {
 		c.t.repliesByCaller.Add(1)
@@ -651,6 +663,15 @@ func (c *conn) readReply(byCaller bool) error {
 		ch.s.markStaged()
 	}
 	rd.expect(int(h.n))
+	if whole {
+		var rerr error
+		if h.code != status.OK {
+			rerr = status.Errorf(h.code, "tcp: %s refused the request", c.pool.key.addr)
+		}
+		ch.s.chunkDone(rerr, false)
+		c.yieldIfDone(byCaller, idle)
+		return nil
+	}
 
 	var rerr error
 	if h.msgLen > 0 {
@@ -687,15 +708,20 @@ func (c *conn) readReply(byCaller bool) error {
 	c.mu.Lock()
 	c.reading.Store(nil)
 	c.atBoundary = true
-	idle := c.sent.len() == 0
+	idle = c.sent.len() == 0
 	c.mu.Unlock()
 	ch.s.chunkDone(rerr, busy)
-	if !byCaller && idle && rd.buffered() == 0 {
-		// Nothing more is due: let the caller this reply woke run
-		// now, before the read that will only find the socket empty.
+	c.yieldIfDone(byCaller, idle)
+	return nil
+}
+
+// yieldIfDone lets the caller a reply just woke run now, before the reader
+// goroutine's next read, which will only find the socket empty, when
+// nothing more is due.
+func (c *conn) yieldIfDone(byCaller, idle bool) {
+	if !byCaller && idle && c.rd.buffered() == 0 {
 		runtime.Gosched()
 	}
-	return nil
 }
 
 // clientSource is the reader's view of the socket: it counts bytes and

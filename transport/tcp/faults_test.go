@@ -27,7 +27,7 @@ import (
 type fakePeer struct {
 	t    testing.TB
 	ln   net.Listener
-	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "late": answer at answerAt; "once": answer one WRITE, then never read, with the smallest receive buffer; "gated": answer each WRITE when answer gives a token; "split": answer each request in two parts (part of the header, or the header and part of a READ's payload, then the rest), each when answer gives a token
+	mode string // "stall": never read; "silent": read, never answer; "reset": read a little, then reset; "late": answer at answerAt; "coded": answer at once, odd ids with OutOfRange and no message, even ids with success and the staged flag; "once": answer one WRITE, then never read, with the smallest receive buffer; "gated": answer each WRITE when answer gives a token; "split": answer each request in two parts (part of the header, or the header and part of a READ's payload, then the rest), each when answer gives a token
 	desc []byte
 	inc  uint64
 	// answerAt (unix nanoseconds) is when a "late" peer answers the WRITEs
@@ -152,7 +152,7 @@ func (f *fakePeer) serve(c net.Conn) {
 			c.Close()
 		case "split":
 			f.serveSplit(c)
-		case "late", "once", "gated":
+		case "late", "once", "gated", "coded":
 			hdr := make([]byte, 24)
 			for answered := 0; ; answered++ {
 				if f.mode == "once" && answered == 1 {
@@ -183,6 +183,14 @@ func (f *fakePeer) serve(c net.Conn) {
 				reply := make([]byte, 24)
 				reply[0] = hdr[0]
 				copy(reply[8:16], hdr[8:16])
+				if f.mode == "coded" {
+					if binary.LittleEndian.Uint64(hdr[8:])%2 == 1 {
+						code := int32(status.OutOfRange)
+						binary.LittleEndian.PutUint32(reply[4:], uint32(code))
+					} else {
+						reply[1] = 1 // copied through host memory
+					}
+				}
 				if _, err := c.Write(reply); err != nil {
 					return
 				}
@@ -483,4 +491,44 @@ func TestStaleDeadlineInlineWrite(t *testing.T) {
 	require.Greater(t, tr.Stats()["writes_inline"], inline, "the submitter wrote the request itself")
 	require.EqualValues(t, 1, tr.Stats()["dials"], "the connection was kept")
 	require.Zero(t, tr.Stats()["timeouts"])
+}
+
+// Replies that carry nothing after their header (no payload, no message)
+// complete their requests with the status and flags the header gives, and
+// leave the stream in step: a refusal without a message fails its request
+// with the code sent, the staged flag marks the request, and the stream
+// goes on serving the next batch (waited for with and without Waiting).
+func TestRepliesWithoutMessage(t *testing.T) {
+	f := startFake(t, "coded")
+	e, tr := newEngineWith(t, core.Options{}, tcp.Options{Streams: 1})
+	local := register(t, e, 8*4096, 0)
+	seg, err := e.OpenSegment(f.addr())
+	require.NoError(t, err)
+	reqs := make([]core.TransferRequest, 8)
+	for i := range reqs {
+		reqs[i] = core.TransferRequest{Op: core.OpWrite, Local: host.Addr(local) + uint64(i*4096), Segment: seg,
+			Remote: fakeBase + uint64(i*4096), Len: 4096}
+	}
+	for round, waiting := range []bool{true, false, true} {
+		b, err := e.Submit(reqs, core.TransferOptions{Timeout: 10 * time.Second, Waiting: waiting})
+		require.NoError(t, err)
+		code, _ := b.Wait(-1)
+		require.Equal(t, status.OutOfRange, code, "round %d", round)
+		sts := make([]core.RequestStatus, len(reqs))
+		b.Status(sts)
+		for i, st := range sts {
+			id := uint64(round*len(reqs) + i + 1) // ids run on over the connection
+			if id%2 == 1 {
+				require.Equal(t, status.OutOfRange, st.Code, "round %d request %d", round, i)
+				require.Zero(t, st.Flags&core.FlagStaged, "round %d request %d", round, i)
+			} else {
+				require.Equal(t, status.OK, st.Code, "round %d request %d", round, i)
+				require.Equal(t, core.FlagStaged, st.Flags&core.FlagStaged, "round %d request %d", round, i)
+			}
+		}
+		e.ReleaseBatch(b)
+	}
+	require.EqualValues(t, 1, tr.Stats()["dials"], "the connection was kept")
+	require.Zero(t, tr.Stats()["protocol_errors"])
+	require.Zero(t, tr.Stats()["requests_in_flight"])
 }
