@@ -40,3 +40,7 @@ func (e *Engine) OnAcquired(f func(i int)) {
 // refused), without waiting for its users; StopClosing undoes it.
 func (r *Region) StartClosing() { r.closing.Store(true) }
 func (r *Region) StopClosing()  { r.closing.Store(false) }
+
+// DeadlineTimer is the batch's deadline timer, for tests that check it
+// goes on to a later batch with the requests.
+func (b *Batch) DeadlineTimer() any { return b.timer }

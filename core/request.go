@@ -316,7 +316,8 @@ type Batch struct {
 	unsettled atomic.Int64 // requests a mover (or routing) still holds, and movers' Submit calls in progress
 	done      chan struct{}
 	settledCh chan struct{}
-	timer     *time.Timer
+	timer     *deadlineTimer // on mu until allFinal; goes back with the slab when it never fired
+	timeout   time.Duration
 
 	// uses counts the caller's calls in progress (Status, Wait, Cancel),
 	// in units of useOne, above the bits batchReleased and batchRecycled.
@@ -392,7 +393,7 @@ func (b *Batch) recycle() {
 	stopped := b.timerStopped
 	b.mu.Unlock()
 	if stopped && b.uses.CompareAndSwap(batchReleased, batchReleased|batchRecycled) {
-		b.e.slabs.put(slab{b.reqs, b.ptrs})
+		b.e.slabs.put(slab{b.reqs, b.ptrs, b.timer})
 	}
 }
 
@@ -595,7 +596,7 @@ func (b *Batch) allSettled() {
 func (b *Batch) allFinal() {
 	b.mu.Lock()
 	if b.timer != nil {
-		b.timerStopped = b.timer.Stop()
+		b.timerStopped = b.timer.t.Stop()
 	}
 	b.mu.Unlock()
 	if len(b.notify) == 0 {

@@ -439,3 +439,38 @@ func TestDoneAllAfterDoneChangesNothing(t *testing.T) {
 	require.EqualValues(t, len(reqs), a.Stats().DuplicateCompletions)
 	a.ReleaseBatch(batch)
 }
+
+// A recycled batch's deadline timer, stopped before it fired, serves the
+// next batch of its slab: armed again, it fails that batch (and only it)
+// at its deadline.
+func TestReusedDeadlineTimerFailsTheNextBatch(t *testing.T) {
+	m := coretest.NewMover("forgets")
+	a, reqs := reuseSetup(t, m)
+	first := submitOK(t, a, reqs, core.TransferOptions{})
+	<-m.Entered()
+	requireAllOK(t, first)
+	timer := first.DeadlineTimer()
+	a.ReleaseBatch(first)
+	require.True(t, first.Recycled())
+
+	m.Hold()
+	next := submitOK(t, a, reqs, core.TransferOptions{Timeout: 20 * time.Millisecond})
+	<-m.Entered()
+	require.Same(t, timer, next.DeadlineTimer(), "the timer went on with the requests")
+	code, _ := next.Wait(-1) // until the deadline fails it
+	require.Equal(t, status.Timeout, code)
+	code, _, _ = first.Status(nil)
+	require.Equal(t, status.InvalidHandle, code, "the first batch is not touched")
+	m.ReleaseAll()
+	<-next.Settled()
+	a.ReleaseBatch(next)
+	require.False(t, next.Recycled(), "a batch its deadline expired is not reused")
+
+	// Its timer fired, so it did not go on: the next batch has its own.
+	m.FailWith(nil)
+	third := submitOK(t, a, reqs, core.TransferOptions{})
+	require.NotSame(t, timer, third.DeadlineTimer())
+	m.ReleaseAll()
+	requireAllOK(t, third)
+	a.ReleaseBatch(third)
+}

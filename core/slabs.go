@@ -44,8 +44,9 @@ type slabs struct {
 // slab is a batch's requests and the pointers to them that routing hands
 // to movers (in any order: routing gathers them in place).
 type slab struct {
-	reqs []Request
-	ptrs []*Request
+	reqs  []Request
+	ptrs  []*Request
+	timer *deadlineTimer // stopped before it fired, or nil
 }
 
 // slabClass is the class of a batch of n requests, or -1 when the batch
@@ -62,12 +63,12 @@ func slabClass(n int) int {
 }
 
 // get returns a slab of n zeroed requests and room for n pointers (to be
-// set by the caller). A reused slab keeps its class's capacity, so it goes
-// back to the same class.
+// set by the caller), and a reused slab's stopped deadline timer. A reused
+// slab keeps its class's capacity, so it goes back to the same class.
 func (s *slabs) get(n int) slab {
 	k := slabClass(n)
 	if k < 0 {
-		return slab{make([]Request, n), make([]*Request, n)}
+		return slab{reqs: make([]Request, n), ptrs: make([]*Request, n)}
 	}
 	s.mu.Lock()
 	if f := s.free[k]; len(f) > 0 {
@@ -79,10 +80,10 @@ func (s *slabs) get(n int) slab {
 		// no one else's, and a clear is a memclr (with one pass of the
 		// write barrier over its pointers while the GC marks).
 		clear(sl.reqs[:n])
-		return slab{sl.reqs[:n], sl.ptrs[:n]}
+		return slab{sl.reqs[:n], sl.ptrs[:n], sl.timer}
 	}
 	s.mu.Unlock()
-	return slab{make([]Request, n, 1<<k), make([]*Request, n, 1<<k)}
+	return slab{reqs: make([]Request, n, 1<<k), ptrs: make([]*Request, n, 1<<k)}
 }
 
 // put keeps slab for a later batch of its class, unless the class keeps
@@ -96,7 +97,7 @@ func (s *slabs) put(sl slab) {
 	keep := max(1, slabKeepBytes/(n*int(unsafe.Sizeof(Request{}))))
 	s.mu.Lock()
 	if len(s.free[k]) < keep {
-		s.free[k] = append(s.free[k], slab{sl.reqs[:n], sl.ptrs[:n]})
+		s.free[k] = append(s.free[k], slab{sl.reqs[:n], sl.ptrs[:n], sl.timer})
 	}
 	s.mu.Unlock()
 }

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"runtime/debug"
+	"sync/atomic"
 	"time"
 
 	"github.com/tent-dev/tent/status"
@@ -107,7 +109,8 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	e.mu.Unlock()
 
 	b.mu.Lock()
-	b.timer = time.AfterFunc(timeout, func() { b.deadlinePassed(timeout) })
+	b.timeout = timeout
+	b.timer = armDeadline(sl.timer, b, timeout)
 	b.mu.Unlock()
 
 	// Group by peer, keeping order; route each group now when its
@@ -133,10 +136,39 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 	return b, nil
 }
 
+// deadlineTimer fires a batch's deadline. It goes back to the slabs with
+// its batch's requests, and only when it was stopped before it fired
+// (recycle), so it serves the next batch of that slab armed again,
+// instead of a timer and a closure allocated per batch: it fails
+// whichever batch it was last armed for.
+type deadlineTimer struct {
+	t     *time.Timer
+	batch atomic.Pointer[Batch]
+}
+
+func (d *deadlineTimer) fire() {
+	if b := d.batch.Load(); b != nil {
+		b.deadlinePassed()
+	}
+}
+
+// armDeadline arms d (nil: a new timer) to fail b after timeout.
+func armDeadline(d *deadlineTimer, b *Batch, timeout time.Duration) *deadlineTimer {
+	if d == nil {
+		d = &deadlineTimer{}
+		d.batch.Store(b)
+		d.t = time.AfterFunc(timeout, d.fire)
+		return d
+	}
+	d.batch.Store(b)
+	d.t.Reset(timeout)
+	return d
+}
+
 // deadlinePassed fails what is still pending with Timeout, and logs it
-// once per batch. (A method, so the timer's closure stays as small as it
-// was before logging: the transfer path allocates nothing more for it.)
-func (b *Batch) deadlinePassed(timeout time.Duration) {
+// once per batch.
+func (b *Batch) deadlinePassed() {
+	timeout := b.timeout
 	if n := b.pending.Load(); n > 0 {
 		b.e.log.Info("batch deadline exceeded", "timeout", timeout, "requests", len(b.reqs), "pending", n,
 			"peer", b.reqs[0].Peer.name)
@@ -351,8 +383,7 @@ func (e *Engine) dispatch(m *installed, rs []*Request) {
 		return
 	}
 	defer m.gate.exit()
-	mv := m.t.(Mover)
-	if err := safeCall(m.t.Name()+" submit", func() error { mv.Submit(rs); return nil }); err != nil {
+	if err := submitTo(m, rs); err != nil {
 		// A panicking Submit may have completed some requests; the rest
 		// would hang, so they are failed here. Done is idempotent enough:
 		// settled requests are skipped.
@@ -363,6 +394,19 @@ func (e *Engine) dispatch(m *installed, rs []*Request) {
 			}
 		}
 	}
+}
+
+// submitTo hands rs to m's Submit; a panic there is returned as safeCall
+// returns it (Internal), whose name is built only then: this is the
+// transfer path, which allocates nothing per batch for it.
+func submitTo(m *installed, rs []*Request) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = status.Errorf(status.Internal, "%s submit panicked: %v\n%s", m.t.Name(), p, debug.Stack())
+		}
+	}()
+	m.t.(Mover).Submit(rs)
+	return nil
 }
 
 // movers returns the installed Movers in preference order. The slice is

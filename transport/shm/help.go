@@ -124,8 +124,9 @@ func (t *Transport) help(j *job, until time.Time) {
 			end++
 		}
 		if end == lo || !j.copyCached(lo, end) {
+			from := lo // only this branch's closure captures it: lo stays off the heap
 			t.mu.Lock()
-			t.spawnLocked(func() { t.run(j, lo) }) // legal after close: this call still holds t.wg
+			t.spawnLocked(func() { t.run(j, from) }) // legal after close: this call still holds t.wg
 			t.mu.Unlock()
 			return
 		}
