@@ -9,7 +9,10 @@
  * a cheap call into Go (tent_engine_name), a 64-byte local WRITE and READ
  * with tent_transfer_sync, a batch of one 64-byte WRITE (tent_transfer +
  * tent_batch_wait + tent_batch_destroy), and a batch of <batch> 64-byte
- * local WRITEs, per batch and per request.
+ * local WRITEs, per batch and per request; over shm (two engines of this
+ * process with only it) the one-request calls and a batch of <batch>
+ * 4 KiB WRITEs into tent_alloc memory, with a transport and a timeout (as
+ * bench/sweep passes them).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -105,6 +108,27 @@ static one_request one_request_costs(tent_engine *e, tent_segment *seg, char *sr
   return r;
 }
 
+/* The shm batch: SHM_BLOCK bytes a request, SHM_TIMEOUT_MS its deadline
+ * (bench_overhead.py's SHM_BLOCK and SHM_TIMEOUT). */
+#define SHM_BLOCK 4096
+#define SHM_TIMEOUT_MS 120000
+
+/* A batch of n requests (submit with a transport and a timeout, wait,
+ * destroy), per batch. */
+static stamp shm_batch_cost(tent_engine *e, const tent_request *reqs, size_t n, long iters) {
+  tent_transfer_options opts = TENT_TRANSFER_OPTIONS_INIT;
+  opts.timeout_ms = SHM_TIMEOUT_MS;
+  opts.transport = "shm";
+  stamp t0 = now();
+  for (long i = 0; i < iters; i++) {
+    tent_batch *b = NULL;
+    CHECK(tent_transfer(e, reqs, n, &opts, &b));
+    CHECK(tent_batch_wait(b, -1));
+    CHECK(tent_batch_destroy(b));
+  }
+  return since(t0, iters);
+}
+
 int main(int argc, char **argv) {
   long iters = argc > 1 ? atol(argv[1]) : 20000;
   size_t batch = argc > 2 ? (size_t)atol(argv[2]) : 128;
@@ -156,6 +180,25 @@ int main(int argc, char **argv) {
     shm.one_batch = best(shm.one_batch, r.one_batch);
     shm.one_batch_poll = best(shm.one_batch_poll, r.one_batch_poll);
   }
+  /* batch x 4 KiB into the other engine's tent_alloc memory (memfd, which
+   * shm maps), as bench/sweep's shm/alloc points move them. */
+  char *bsrc = calloc(batch, SHM_BLOCK);
+  void *bdst = NULL;
+  tent_region *brs = NULL, *brd = NULL;
+  CHECK(tent_register(sa, bsrc, batch * SHM_BLOCK, NULL, TENT_REMOTE_READ | TENT_REMOTE_WRITE, &brs));
+  CHECK(tent_alloc(sb, batch * SHM_BLOCK, NULL, TENT_REMOTE_READ | TENT_REMOTE_WRITE, &bdst, &brd));
+  tent_request *breqs = calloc(batch, sizeof *breqs);
+  for (size_t i = 0; i < batch; i++) {
+    breqs[i] = (tent_request){TENT_OP_WRITE, 0, bsrc + SHM_BLOCK * i, sseg,
+                              (uint64_t)(uintptr_t)bdst + SHM_BLOCK * i, SHM_BLOCK};
+  }
+  shm_batch_cost(sa, breqs, batch, SHM_ITERS(iters) / 10 + 1); /* warm up: the mapping, the grants */
+  stamp shm_batch = shm_batch_cost(sa, breqs, batch, SHM_ITERS(iters));
+  for (int k = 1; k < SHM_ROUNDS; k++) shm_batch = best(shm_batch, shm_batch_cost(sa, breqs, batch, SHM_ITERS(iters)));
+  CHECK(tent_unregister(sa, brs));
+  CHECK(tent_free(sb, brd));
+  free(breqs);
+  free(bsrc);
   CHECK(tent_segment_close(sa, sseg));
   CHECK(tent_unregister(sa, srs));
   CHECK(tent_unregister(sb, srd));
@@ -189,6 +232,7 @@ int main(int argc, char **argv) {
          "\"batch_cpu_us\": %.3f, \"batch_per_request_cpu_us\": %.4f, \"batch\": %zu, \"sink\": %u",
          version_us.wall, go_us.wall, batch_us.wall, batch_us.wall / batch, version_us.cpu, go_us.cpu,
          batch_us.cpu, batch_us.cpu / batch, batch, (unsigned)sink);
+  printf(", \"shm_batch_us\": %.3f, \"shm_batch_cpu_us\": %.3f", shm_batch.wall, shm_batch.cpu);
   const struct {
     const char *prefix;
     one_request *r;

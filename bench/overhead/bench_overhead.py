@@ -21,6 +21,14 @@ installed tent package loads (so C and Python use the same library):
   from C also a batch of one through tent_transfer_poll, which the
   Python batch uses (the C figure the goal compares with stays the
   plain tent_transfer + tent_batch_wait + tent_batch_destroy);
+- over the same shm engines, a batch of --batch 4 KiB WRITEs into the
+  other engine's ``alloc`` memory (which shm maps), with
+  ``transport="shm"`` and a timeout as bench/sweep passes them: from C,
+  raw ctypes, and ``with engine.transfer(arr, transport="shm",
+  timeout=120) as b: b.wait()`` with a prebuilt ctypes array (what
+  sweep.py's shm points run); the copy leaves the caches cold for the
+  Python code around it, which then costs about twice what it costs
+  in the 64-byte local batch;
 - a batch of --batch 64-byte local WRITEs (submit, wait, destroy): from C,
   raw ctypes, and ``with engine.transfer(requests) as b: b.wait()`` with a
   prebuilt ``tent.request_dtype`` array, per batch and per request;
@@ -93,6 +101,9 @@ def run_c(iters: int, batch: int, repeat: int) -> Dict[str, float]:
 # shm's cost swings with the machine's load: its figures are the best of
 # at least SHM_ROUNDS rounds of shm_iters calls (bench_overhead.c: the same).
 SHM_ROUNDS = 7
+# The shm batch's request size and deadline (bench_overhead.c: SHM_BLOCK, SHM_TIMEOUT_MS).
+SHM_BLOCK = 4096
+SHM_TIMEOUT = 120
 
 
 def shm_iters(iters: int) -> int:
@@ -209,6 +220,37 @@ def run_python(iters: int, batch: int, repeat: int) -> Dict[str, float]:
                 note("api_shm_sync_read_us", per_call_us(shm_api_read, n))
                 note("ctypes_shm_one_batch_us", per_call_us(shm_raw_one_batch, n))
                 note("api_shm_one_batch_us", per_call_us(shm_api_one_batch, n))
+        # batch x 4 KiB into sb's alloc memory, as sweep.py's shm/alloc points
+        bsrc = np.ones(SHM_BLOCK * batch, np.uint8)
+        with sa.register(bsrc) as brs, sb.alloc(SHM_BLOCK * batch) as brd, sa.open_segment(sb.name) as seg:
+            breqs = (_lib.Request * batch)()
+            for i in range(batch):
+                breqs[i] = _lib.Request(tent.WRITE, 0, brs.addr + SHM_BLOCK * i, seg.handle, brd.addr + SHM_BLOCK * i,
+                                        SHM_BLOCK)
+            opts = _lib.TransferOptions(size=ctypes.sizeof(_lib.TransferOptions))
+            opts.timeout_ms = SHM_TIMEOUT * 1000
+            opts.transport = b"shm"
+            popts = ctypes.byref(opts)
+            h = sa.handle
+            out = ctypes.c_void_p()
+
+            def shm_raw_batch() -> None:
+                assert dll.tent_transfer(h, breqs, batch, popts, ctypes.byref(out)) == 0
+                assert dll.tent_batch_wait(out.value, -1) == 0
+                assert dll.tent_batch_destroy(out.value) == 0
+
+            def shm_api_batch() -> None:
+                with sa.transfer(breqs, transport="shm", timeout=SHM_TIMEOUT) as b:
+                    b.wait()
+
+            n = shm_iters(iters)
+            for fn in (shm_raw_batch, shm_api_batch):
+                for _ in range(n // 10 + 1):  # warm up: the mapping, the grants
+                    fn()
+            for _ in range(max(repeat, SHM_ROUNDS)):
+                note("ctypes_shm_batch_us", per_call_us(shm_raw_batch, n))
+                note("api_shm_batch_us", per_call_us(shm_api_batch, n))
+            assert brd.numpy()[0] == 1 and brd.numpy()[-1] == 1
     best = {k: min(v) for k, v in res.items()}
     for kind in ("", "_cpu"):
         best[f"ctypes_batch_per_request{kind}_us"] = best[f"ctypes_batch{kind}_us"] / batch
@@ -251,6 +293,8 @@ def main() -> int:
             for kind in ("", "_cpu"):
                 result[f"{what}_overhead{kind}_us"] = py[f"api_{what}{kind}_us"] - c[f"{what}{kind}_us"]
         result["one_request_goal_met"] = all(result[f"{w}_overhead_cpu_us"] <= 3.0 for w in ONE_REQUEST)
+        for kind in ("", "_cpu"):
+            result[f"shm_batch_overhead{kind}_us"] = py[f"api_shm_batch{kind}_us"] - c[f"shm_batch{kind}_us"]
     if a.json:
         print(json.dumps(result, indent=1))
         return 0
@@ -265,6 +309,7 @@ def main() -> int:
         ("shm: sync 64 B READ (engine.read)", "shm_sync_read", "ctypes_shm_sync_read", "api_shm_sync_read"),
         ("shm: batch of 1 x 64 B WRITE", "shm_one_batch", "ctypes_shm_one_batch", "api_shm_one_batch"),
         ("  ... C through tent_transfer_poll", "shm_one_batch_poll", None, None),
+        (f"shm: batch of {a.batch} x 4 KiB WRITE", "shm_batch", "ctypes_shm_batch", "api_shm_batch"),
         (f"batch of {a.batch} x 64 B WRITE", "batch", "ctypes_batch", "api_batch"),
         ("  ... per request", "batch_per_request", "ctypes_batch_per_request", "api_batch_per_request"),
         (f"make_requests ({a.batch}), per request", None, None, "make_requests_per_request"),
@@ -293,6 +338,8 @@ def main() -> int:
             print(f"Python over C, {label}: {result[f'{what}_overhead_us']:+.3f} us wall, "
                   f"{result[f'{what}_overhead_cpu_us']:+.3f} us CPU")
         print(f"one request: goal <= 3 us CPU over C: {'met' if result['one_request_goal_met'] else 'NOT met'}")
+        print(f"Python over C, shm batch of {a.batch} x 4 KiB: {result['shm_batch_overhead_us']:+.3f} us wall, "
+              f"{result['shm_batch_overhead_cpu_us']:+.3f} us CPU")
     return 0
 
 
