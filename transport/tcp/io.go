@@ -41,6 +41,9 @@ type bufReader struct {
 	r, w      int
 	hdr       int  // header size
 	large     bool // large payloads are coming: read one header at a time into buf
+	// guarded: the reading goroutine runs under host.Guard, so a fault on
+	// registered memory is already an error; copies need no guard each.
+	guarded bool
 
 	// The system calls raw runs, made once (setRaw) so that a read
 	// allocates nothing, and what they take and give back.
@@ -200,7 +203,7 @@ func (b *bufReader) next(n int) ([]byte, error) {
 // the connection, never a crash; the kernel reports the same as EFAULT on
 // the readv path.
 func (b *bufReader) readInto(dst []byte) error {
-	k, err := host.Copy(dst, b.buf[b.r:b.w])
+	k, err := b.copyOut(dst)
 	if err != nil {
 		return err
 	}
@@ -213,7 +216,7 @@ func (b *bufReader) readInto(dst []byte) error {
 		if err := b.fill(len(rest)); err != nil {
 			return noEOF(err)
 		}
-		k, err := host.Copy(rest, b.buf[b.r:b.w])
+		k, err := b.copyOut(rest)
 		if err != nil {
 			return err
 		}
@@ -241,6 +244,15 @@ func (b *bufReader) readInto(dst []byte) error {
 		}
 	}
 	return nil
+}
+
+// copyOut copies buffered bytes into dst, the start of a payload's
+// destination.
+func (b *bufReader) copyOut(dst []byte) (int, error) {
+	if b.guarded {
+		return copy(dst, b.buf[b.r:b.w]), nil
+	}
+	return host.Copy(dst, b.buf[b.r:b.w])
 }
 
 // readv reads into a, then c, waiting for data (and honoring the

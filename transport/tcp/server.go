@@ -49,6 +49,7 @@ func (t *Transport) serve(nc net.Conn, _ string) {
 	defer free()
 	s := &server{t: t, e: e, nc: nc, stall: e.Options().DefaultTimeout}
 	s.rd = newBufReader(serverSource{s}, reqHeaderSize, buf)
+	s.rd.guarded = true // run is guarded: one guard for the connection, not one per copy
 	if sc, ok := nc.(syscall.Conn); ok {
 		if raw, err := sc.SyscallConn(); err == nil {
 			s.rd.setRaw(raw)
@@ -56,7 +57,9 @@ func (t *Transport) serve(nc net.Conn, _ string) {
 		s.rd.count = &t.received
 	}
 	t.log.Debug("tcp connection accepted", "from", nc.RemoteAddr().String())
-	err = s.run()
+	// A fault on registered memory (unmapped by its owner without being
+	// unregistered) ends the connection, not the process.
+	err = host.Guard(s.run)
 	if err != nil && status.CodeOf(err) == status.Protocol {
 		t.protoErrs.Add(1)
 		t.log.Warn("tcp peer broke the protocol; connection closed", "from", nc.RemoteAddr().String(), "err", err)
