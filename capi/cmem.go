@@ -257,6 +257,16 @@ func readString(a uintptr, max int, what string) (s string, set bool, err error)
 // so a caller's n is never trusted for an allocation: a bad n fails at the
 // first unreadable chunk, or at max.
 func readArray[T any](a uintptr, n uint64, max uint64, what string, visit func(i int, v *T) error) error {
+	return readArrayVia(a, n, max, what, nil, visit)
+}
+
+// readChunk is how many entries readArray copies in at a time.
+const readChunk = 256
+
+// readArrayVia is readArray copying through *scratch, which it grows to a
+// chunk's worth as needed and leaves for the caller to reuse (nil: a
+// buffer of its own).
+func readArrayVia[T any](a uintptr, n uint64, max uint64, what string, scratch *[]T, visit func(i int, v *T) error) error {
 	if n == 0 {
 		return nil
 	}
@@ -268,8 +278,16 @@ func readArray[T any](a uintptr, n uint64, max uint64, what string, visit func(i
 	if err := checkAddr(a, uintptr(n*size), what); err != nil {
 		return err
 	}
-	const chunkLen = 256
-	buf := make([]T, min(n, chunkLen))
+	var buf []T
+	if scratch == nil {
+		buf = make([]T, min(n, readChunk))
+	} else {
+		if uint64(cap(*scratch)) < min(n, readChunk) {
+			*scratch = make([]T, min(n, readChunk))
+		}
+		buf = (*scratch)[:cap(*scratch)]
+	}
+	const chunkLen = readChunk
 	for done := uint64(0); done < n; {
 		k := min(n-done, chunkLen)
 		raw := unsafe.Slice((*byte)(unsafe.Pointer(&buf[0])), k*size)

@@ -238,23 +238,22 @@ func submit(e *engine, requests uintptr, n C.size_t, opts uintptr, waiting bool)
 		return nil, err
 	}
 	o.Waiting = waiting
-	buf, _ := e.requests.Get().(*[]core.TransferRequest)
+	buf := e.requests.get()
 	if buf == nil {
 		// Capacity from n only up to a chunk's worth: n is the caller's claim.
-		b := make([]core.TransferRequest, 0, min(uint64(n), 4096))
-		buf = &b
+		buf = &requestBuf{reqs: make([]core.TransferRequest, 0, min(uint64(n), 4096))}
 	}
-	reqs := (*buf)[:0]
+	reqs := buf.reqs[:0]
 	defer func() {
 		clear(reqs) // no segment kept alive by the pool
 		if cap(reqs) <= 4096 {
-			*buf = reqs[:0]
-			e.requests.Put(buf)
+			buf.reqs = reqs[:0]
+			e.requests.put(buf)
 		}
 	}()
 	var lastID uintptr
 	var last *segment
-	err = readArray(requests, uint64(n), maxBatch, "requests", func(i int, c *cRequest) error {
+	err = readArrayVia(requests, uint64(n), maxBatch, "requests", &buf.raw, func(i int, c *cRequest) error {
 		if c.reserved != 0 {
 			return status.Errorf(status.InvalidArgument, "request %d: reserved must be 0", i)
 		}

@@ -24,10 +24,53 @@ type engine struct {
 	// engine's children; addChild checks it after adding, so a handle
 	// created concurrently with destroy never outlives the engine.
 	destroyed atomic.Bool
-	// requests holds *[]core.TransferRequest buffers that submit reads a
-	// caller's array into and reuses once core.Submit (which keeps none
-	// of it) returns: a batch of 128 then allocates no 5 KiB copy.
-	requests sync.Pool
+	// requests holds the buffers that submit reads a caller's array into
+	// and reuses once core.Submit (which keeps none of it) returns: a
+	// batch of 128 then allocates no 5 KiB copy.
+	requests requestBufs
+}
+
+// requestBufs keeps a few request buffers for reuse. Not a sync.Pool: a
+// C thread's calls enter Go on whichever P is free, so a pool's per-P
+// slot missed about every other call, and every collection emptied it
+// (5 KiB allocated a batch of 128 through the C ABI).
+type requestBufs struct {
+	mu   sync.Mutex
+	free []*requestBuf
+}
+
+// requestBuf is what one submit reads a caller's array through: the raw
+// entries a chunk at a time, and the requests for core.Submit.
+type requestBuf struct {
+	raw  []cRequest
+	reqs []core.TransferRequest
+}
+
+// maxRequestBufs bounds the buffers kept: one per thread submitting at
+// once, for a few threads.
+const maxRequestBufs = 8
+
+// get returns a kept buffer, or nil.
+func (p *requestBufs) get() *requestBuf {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := len(p.free)
+	if n == 0 {
+		return nil
+	}
+	b := p.free[n-1]
+	p.free[n-1] = nil
+	p.free = p.free[:n-1]
+	return b
+}
+
+// put keeps b (emptied by the caller) unless enough are kept.
+func (p *requestBufs) put(b *requestBuf) {
+	p.mu.Lock()
+	if len(p.free) < maxRequestBufs {
+		p.free = append(p.free, b)
+	}
+	p.mu.Unlock()
 }
 
 // region is the value behind a tent_region handle.
