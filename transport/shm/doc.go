@@ -234,7 +234,13 @@
 // with fstat, maps it MAP_SHARED once, closes the descriptor at once, and
 // copies with a plain copy() in steps of at most 16 MiB, checking that the
 // range lies inside the mapping (and that a write has a writable one)
-// first.
+// first. Requests that continue each other on both sides (the same op,
+// the same allocation) share one step of at most 512 KiB (mergeMax, under
+// memmove's threshold for non-temporal stores): each passes its own
+// checks (uninstall, connection, cancel, grant) before the step, so a
+// cancel or revoke stops the requests after the step in progress, as
+// within one large request; a step that faults is copied again request by
+// request, so the fault fails only the request whose memory faulted.
 //
 // Every other granted entry, and any entry whose allocation is not mapped
 // here, goes through process_vm_readv/process_vm_writev: iovecs of the
