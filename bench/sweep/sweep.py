@@ -751,7 +751,7 @@ class Runner:
                         if state["stop"] or t2 >= end or (budget and state["bytes"] >= budget):
                             state["stop"] = True
                             return
-                    if tid == 0:
+                    if tid == 0 and progress.enabled:  # no label built per batch when nobody sees it
                         gbps = state["bytes"] / (t2 - t0) / 1e9
                         progress.show(f"{p.label()} {gbps:.2f} GB/s")
             except BaseException as exc:  # noqa: BLE001 - reported for the point
@@ -801,12 +801,12 @@ class Runner:
 
     def _one(self, arr: Any, transport: str, check: bool) -> Dict[str, Any]:
         """One batch, waited for; with check, the transports that served it."""
-        from tent import _lib
-
         with self.engine.transfer(arr, transport=transport, timeout=self.args.timeout) as b:
             b.wait()
             if not check:
                 return {}
+            from tent import _lib
+
             st, _ = b._status_array()
             ts = {_lib.lib().tent_transport_name(s.transport).decode() for s in st}
             return {"transports": ts, "retried": sum(1 for s in st if s.flags & _lib.TENT_STATUS_RETRIED)}
