@@ -22,10 +22,17 @@ const (
 	maxGroupBytes  = 4 << 20
 	maxGroupChunks = 512
 	// inlineMax bounds what a submitter writes itself on an idle stream
-	// (instead of waking the writer). The submitter never waits for the
-	// socket: what the send buffer does not take at once goes to the
+	// (instead of waking the writer), counted as bytes on the wire:
+	// headers, and the payloads of WRITEs. The submitter never waits for
+	// the socket: what the send buffer does not take at once goes to the
 	// writer, so Submit returns at once whatever the peer does.
 	inlineMax = 64 << 10
+	// inlineGroupMax bounds the one larger group a Submit call may write
+	// itself as well: a stream's whole share of a batch (groupBytes of
+	// payload and its headers), such as 128 WRITEs of 4 KiB. The groups
+	// of its other streams go to their writers, woken before the
+	// submitter writes, so they are written in parallel with it.
+	inlineGroupMax = groupBytes + maxGroupChunks*reqHeaderSize
 	// iovMax is the most pieces one writev takes (the kernel's IOV_MAX).
 	iovMax = 1024
 )
@@ -101,23 +108,22 @@ func (c *conn) isDead() bool {
 // helped: their callers will read the replies (Help), so the reader
 // goroutine is not woken for them.
 // When the stream is up and idle (nothing queued, nothing awaiting a
-// reply, no write in progress) and the chunks are small, the caller gets
-// the socket's write side instead: inline is then true and the caller
-// must call writeInline, after releasing any lock it holds. That saves
-// the wake-up of the writer goroutine, which is most of a small
-// request's cost on the initiator.
-func (c *conn) enqueue(cs []*chunk, helped bool) (ok, inline bool) {
+// reply, no write in progress) and the caller offers to write them
+// (mine: they are few bytes on the wire, see Transport.start), the
+// caller gets the socket's write side instead: inline is then true and
+// the caller must call writeInline, after releasing any lock it holds.
+// That saves the wake-up of the writer goroutine, which is most of a
+// small request's cost on the initiator.
+func (c *conn) enqueue(cs []*chunk, helped, mine bool) (ok, inline bool) {
 	c.mu.Lock()
 	if c.dead {
 		c.mu.Unlock()
 		return false, false
 	}
 	idle := c.nc != nil && !c.writing && c.queue.len() == 0 && c.sent.len() == 0
-	bytes := 0
 	for _, ch := range cs {
 		c.queue.push(ch)
 		c.lowerDeadlineLocked(ch.s.deadline)
-		bytes += int(ch.n)
 	}
 	c.lastUsed = time.Now()
 	if !helped {
@@ -128,7 +134,7 @@ func (c *conn) enqueue(cs []*chunk, helped bool) (ok, inline bool) {
 		c.started = true
 		c.t.goroutine(c.writeLoop)
 	}
-	if idle && bytes <= inlineMax && len(cs) <= maxGroupChunks {
+	if idle && mine && len(cs) <= maxGroupChunks {
 		c.writing = true
 		c.takeGroupLocked()
 		c.mu.Unlock()

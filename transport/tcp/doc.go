@@ -128,11 +128,16 @@
 // 4 MiB or 512 requests per writev, without waiting for replies) and a
 // reader goroutine (it takes replies in order and completes requests).
 // When a stream is up and idle (nothing queued or awaiting a reply, no
-// write in progress), Submit writes up to 64 KiB itself instead of waking
-// the writer, without waiting for the socket: what the send buffer does
-// not take at once is left to the writer. Whoever writes holds the
-// connection's writing flag, so the requests go out in id order either
-// way.
+// write in progress), Submit writes what it queued there itself instead
+// of waking the writer, if that is at most 64 KiB on the wire (headers,
+// and WRITE payloads; a READ is its header), and on one stream per Submit
+// call up to a stream's whole share of the batch (1 MiB of payload and its
+// headers: 128 WRITEs of 4 KiB are one writev by the submitter, no
+// hand-off); the other streams' writers are woken before it writes, so
+// they go in parallel. It never waits for the socket: what the send
+// buffer does not take at once is left to the writer. Whoever writes
+// holds the connection's writing flag, so the requests go out in id order
+// either way.
 //
 // The replies of a connection are read by whoever holds its read side
 // (readside.go): its reader goroutine, or a caller blocked in Batch.Wait,

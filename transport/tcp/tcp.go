@@ -427,6 +427,11 @@ func (t *Transport) start(states []reqState, chunks []chunk, peers *peerOf) {
 	}
 	var inlineBuf [4]*conn
 	inline := inlineBuf[:0] // the streams this goroutine writes itself
+	// One group larger than inlineMax may be written here too: the
+	// writer's wake-up is then saved where a batch's bytes are, and the
+	// other streams still go in parallel (their writers are woken before
+	// this goroutine writes).
+	largeTaken := false
 	for _, p := range touched {
 		for i, cs := range p.spill {
 			// A connection that died since connLocked looked is replaced.
@@ -442,9 +447,11 @@ func (t *Transport) start(states []reqState, chunks []chunk, peers *peerOf) {
 				for _, ch := range cs {
 					ch.s.conn.Store(c) // for Help and Cancel
 				}
-				ok, now := c.enqueue(cs, helped)
+				w := wireBytes(cs)
+				ok, now := c.enqueue(cs, helped, w <= inlineMax || (w <= inlineGroupMax && !largeTaken))
 				if now {
 					inline = append(inline, c)
+					largeTaken = largeTaken || w > inlineMax
 				}
 				if ok {
 					break
@@ -462,6 +469,19 @@ func (t *Transport) start(states []reqState, chunks []chunk, peers *peerOf) {
 	for i, s := range failed {
 		s.settleAll(failErr[i])
 	}
+}
+
+// wireBytes is what writing the chunks puts on the wire: a header each,
+// and the payloads of WRITEs. (A state's op is set before its chunks are
+// queued.)
+func wireBytes(cs []*chunk) int {
+	n := len(cs) * reqHeaderSize
+	for _, ch := range cs {
+		if ch.s.op == opWrite {
+			n += int(ch.n)
+		}
+	}
+	return n
 }
 
 // settleAll fails a request none of whose chunks was queued.
