@@ -100,7 +100,11 @@
 //     so in steady state each large request costs one readv and no copy.
 //
 // No payload is staged on the Go heap; a refused WRITE's payload is read
-// into the receive buffer and dropped.
+// into the receive buffer and dropped. The target's handler runs under
+// one fault guard for its connection (memory/host.Guard), so its copies
+// out of the buffer are plain copies: a fault on registered memory that
+// its owner unmapped without unregistering ends the connection, never the
+// process. On the initiator each copy is guarded on its own.
 //
 // # GPU memory
 //
