@@ -79,6 +79,22 @@ func TestSubmitTakesARunsUsesTogether(t *testing.T) {
 		require.Contains(t, err.Error(), "request 4:")
 		clean(t)
 	})
+	t.Run("segments are checked once a run, the first too", func(t *testing.T) {
+		closed, err := a.OpenSegment(b.Name())
+		require.NoError(t, err)
+		require.NoError(t, a.CloseSegment(closed))
+		noSeg := req(A)
+		noSeg.Segment = nil
+		_, err = a.Submit([]core.TransferRequest{noSeg, req(A + 8)}, core.TransferOptions{})
+		require.ErrorIs(t, err, status.ErrInvalidHandle)
+		require.Contains(t, err.Error(), "request 0:")
+		late := req(A + 16)
+		late.Segment = closed
+		_, err = a.Submit([]core.TransferRequest{req(A), req(A + 8), late}, core.TransferOptions{})
+		require.ErrorIs(t, err, status.ErrInvalidHandle)
+		require.Contains(t, err.Error(), "request 2:")
+		clean(t)
+	})
 	t.Run("runs that succeed hold one use a request", func(t *testing.T) {
 		var seen [][2]int64
 		a.OnAcquired(func(int) { seen = append(seen, [2]int64{regA.Users(), regB.Users()}) })

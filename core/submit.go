@@ -59,13 +59,19 @@ func (e *Engine) Submit(reqs []TransferRequest, o TransferOptions) (*Batch, erro
 		return nil, err
 	}
 	var (
-		prev *Region // the local region of the request before, whose use it took or owes
-		owed int64   // requests after the one that took prev's use, in prev too, whose uses are taken once the run ends
+		prev *Region  // the local region of the request before, whose use it took or owes
+		owed int64    // requests after the one that took prev's use, in prev too, whose uses are taken once the run ends
+		seg  *Segment // the segment of the request before, checked (never nil once set)
 	)
 	for i := range reqs {
 		tr := &reqs[i]
 		r := &b.reqs[i]
-		if err := e.checkRequest(tr); err != nil {
+		err := e.checkRequest(tr)
+		if err == nil && (tr.Segment != seg || seg == nil) {
+			err = e.checkSegment(tr.Segment) // once a run of requests to one segment
+			seg = tr.Segment
+		}
+		if err != nil {
 			return fail(i-int(owed), status.Errorf(status.CodeOf(err), "request %d: %w", i, err))
 		}
 		local := prev
@@ -201,11 +207,20 @@ func (e *Engine) checkRequest(tr *TransferRequest) error {
 		return status.Errorf(status.InvalidArgument, "null local address")
 	case tr.Remote+tr.Len < tr.Remote:
 		return status.Errorf(status.InvalidArgument, "remote address %#x + length %#x overflows", tr.Remote, tr.Len)
-	case tr.Segment == nil:
+	}
+	return nil
+}
+
+// checkSegment checks a request's segment: Submit asks once per run of
+// requests to one segment (a close racing the call is then ordered after
+// the run's first request).
+func (e *Engine) checkSegment(s *Segment) error {
+	switch {
+	case s == nil:
 		return status.Errorf(status.InvalidHandle, "null segment")
-	case tr.Segment.peer.e != e:
+	case s.peer.e != e:
 		return status.Errorf(status.InvalidHandle, "segment belongs to another engine")
-	case tr.Segment.closed.Load():
+	case s.closed.Load():
 		return status.Errorf(status.InvalidHandle, "segment is closed")
 	}
 	return nil

@@ -115,18 +115,25 @@ func (c *conn) holdGrants(reqs []*core.Request, out []*standing) bool {
 		}
 		out[i] = g
 	}
-	for _, g := range out {
-		g.refs++
+	// One reference per run of requests under one grant: putGrants gives
+	// back by the same rule, over the same slice.
+	for i, g := range out {
+		if i == 0 || g != out[i-1] {
+			g.refs++
+		}
 	}
 	return true
 }
 
-// putGrants drops the references holdGrants took, waking a revoke that
-// waits for the last one.
+// putGrants drops the references holdGrants took for gs (one per run of
+// one grant), waking a revoke that waits for the last one.
 func (c *conn) putGrants(gs []*standing) {
 	c.gmu.Lock()
 	wake := false
-	for _, g := range gs {
+	for i, g := range gs {
+		if i > 0 && g == gs[i-1] {
+			continue
+		}
 		if g.refs--; g.refs == 0 && g.dead.Load() {
 			wake = true
 		}
