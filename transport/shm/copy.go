@@ -635,11 +635,12 @@ func (j *job) allocOf(i, lo int) (uint64, bool) {
 // mergeEnd returns the end of the copy step through m that starts with
 // request i, checked: past the requests after it that continue it on
 // both sides with its op, through m's allocation, inside m and mergeMax
-// bytes in all, and that pass their own checks (stopErr, as each request
-// does before its step); i+1 when none does. A request that fails its
-// checks ends the step, its error recorded. The step copies every request
-// in it at once: a revoke, cancel or drop that comes during the step
-// stops the requests after it, as during one request's copy.
+// bytes in all, and that pass every check they would pass before a step
+// of their own (the target's grant, stopErr, m not dropped); i+1 when
+// none does. A request that fails its checks ends the step, its error
+// recorded, and is not copied. The step then copies its requests at once:
+// a revoke, cancel or drop that comes after its checks stops the requests
+// of later steps, as one that comes during a single request's copy does.
 func (j *job) mergeEnd(i, lo, hi int, m *mapping) int {
 	r := j.reqs[i]
 	if i < j.unmerged || r.Len >= mergeMax || !m.holds(r.Op, r.Remote, r.Len) {
@@ -649,7 +650,8 @@ func (j *job) mergeEnd(i, lo, hi int, m *mapping) int {
 	k := i + 1
 	for ; k < hi; k++ {
 		q := j.reqs[k]
-		if q.Op != r.Op || q.Local != local || q.Remote != remote || q.Len > mergeMax-n || !m.holds(r.Op, r.Remote, n+q.Len) {
+		if q.Op != r.Op || q.Local != local || q.Remote != remote || q.Len > mergeMax-n ||
+			!m.holds(r.Op, r.Remote, n+q.Len) || m.dropped.Load() {
 			break
 		}
 		alloc, ok := j.allocOf(k, lo)
