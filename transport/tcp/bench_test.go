@@ -49,7 +49,7 @@ func BenchmarkTransfer(b *testing.B) {
 	remote := peer.Buffers[0].Addr
 
 	for _, op := range []core.Op{core.OpWrite, core.OpRead} {
-		for _, size := range []int{4 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, maxSize} {
+		for _, size := range []int{4 << 10, 16 << 10, 64 << 10, 1 << 20, 4 << 20, 16 << 20, maxSize} {
 			name := map[core.Op]string{core.OpWrite: "write", core.OpRead: "read"}[op]
 			b.Run(fmt.Sprintf("%s/%s", name, sizeName(size)), func(b *testing.B) {
 				benchBatches(b, e, seg, peer.PID, op, host.Addr(local), remote, max(span, size), size, 128)
