@@ -659,7 +659,7 @@ class Engine(_Managed):
             h = self._h()  # raises
         seen = self._request_views.get(id(requests))
         if seen is not None and seen[0]() is requests:
-            arr, n, narg = seen[1], seen[2], seen[3]
+            _, arr, n, narg = seen
             if arr is None:
                 arr = requests
         else:
@@ -668,7 +668,13 @@ class Engine(_Managed):
         if timeout is None and notify is None and transport is None:
             opts = okeep = None
         else:
-            opts, okeep = self._options_arg(timeout, notify, transport)
+            # _options_arg's remembered options, looked up here (a call less
+            # a batch); anything else takes it.
+            opts = okeep = None
+            if notify is None and type(timeout) in _PLAIN_TIMEOUTS and type(transport) in _PLAIN_TRANSPORTS:
+                opts = self._options.get((timeout, transport))
+            if opts is None:
+                opts, okeep = self._options_arg(timeout, notify, transport)
         out = c_void_p()
         # Submits and reports the batch's state at once: a transfer already
         # finished (small local and shm ones often are) needs no wait call.
@@ -1131,6 +1137,7 @@ class Batch(_Child):
     _always_released = True
     _WAIT_SLICE_MS = 200  # waits return to Python this often (Ctrl-C works)
     _WAIT_SLICE = ctypes.c_int64(_WAIT_SLICE_MS)  # the same, for the untyped call; never modified
+    _statuses: Any = None  # the status array, made by the first status call
 
     def __init__(self, engine: Engine, handle: int, n: int, succeeded: bool, handle_arg: c_void_p) -> None:
         # _Managed and _Child's fields, set here: one batch per transfer call.
@@ -1139,7 +1146,6 @@ class Batch(_Child):
         self._handle = handle
         self._handle_arg = handle_arg  # c_void_p(handle), never modified
         self._n = n
-        self._statuses: Any = None
         # Every request had succeeded when the batch was submitted (the
         # library said so): wait() then needs no call.
         self._succeeded = succeeded
@@ -1153,10 +1159,11 @@ class Batch(_Child):
     def _free(self, engine_handle: int, handle: Optional[int]) -> int:
         return _lib.lib().tent_batch_destroy(handle)
 
-    def close(self) -> None:
+    def close(self, *_exc: Any) -> None:
         """Releases the batch (canceling what still runs); a no-op when
         already closed."""
-        _refuse_if_forked(self)
+        if _lib.forked and self._handle is not None:
+            raise fork_error()  # _refuse_if_forked, written out
         with self._lock:
             h = self._handle
             if h is None:
@@ -1170,6 +1177,9 @@ class Batch(_Child):
                         self._handle = None  # gone even though the call reports an error (tent.h)
                     check(st)
             self._handle = None
+
+    # The end of a with block is close() itself: no frame in between.
+    __exit__ = close
 
     def _poll(self) -> Tuple[int, str, int]:
         """tent_batch_status of no entries: (status, the message if it is
@@ -1193,17 +1203,17 @@ class Batch(_Child):
         ``status()`` for each one), or tent.Timeout if requests are still
         running after timeout seconds (None: until the batch's own
         deadline). The batch stays valid either way."""
+        engine = self._engine
+        if timeout is None and self._handle is not None and engine._handle is not None:
+            if self._succeeded:
+                return  # finished when submitted: nothing to wait for
+            st = engine._fast.tent_batch_wait(self._handle_arg, self._WAIT_SLICE)  # the common case: one slice
+            if st == _OK:
+                return
         h = self._handle
         if h is None:
             h = self.handle  # raises
-        engine = self._engine
-        if self._succeeded and timeout is None and engine._handle is not None:
-            return  # finished when submitted: nothing to wait for
         dll = engine._calls
-        if timeout is None:  # the common case: one slice, and done
-            st = engine._fast.tent_batch_wait(self._handle_arg, self._WAIT_SLICE)
-            if st == _OK:
-                return
         ms = _check.millis(timeout, "timeout", zero_is_default=False, inf_ok=True)
         while True:
             step = self._WAIT_SLICE_MS if ms < 0 else min(ms, self._WAIT_SLICE_MS)
