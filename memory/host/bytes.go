@@ -4,6 +4,7 @@ package host
 // become byte slices here, in one audited place.
 
 import (
+	"fmt"
 	"runtime/debug"
 	"unsafe"
 
@@ -57,10 +58,24 @@ func Guard(f func() error) (err error) {
 	return f()
 }
 
+// Fault is the error of a memory fault that Copy or Guard caught: status
+// InvalidArgument (the caller's memory is gone), and a type of its own so
+// that a caller whose guard also covers its own code can tell a fault
+// from its other errors and report it loudly (a fault there may be a bug).
+type Fault struct {
+	Addr uintptr // the faulting address
+}
+
+func (f *Fault) Error() string {
+	return fmt.Sprintf("registered memory at %#x is not mapped (freed or unmapped without being unregistered)", f.Addr)
+}
+
+// Unwrap gives the fault its status code.
+func (f *Fault) Unwrap() error { return status.ErrInvalidArgument }
+
 func faultError(r any) error {
 	if f, ok := r.(interface{ Addr() uintptr }); ok {
-		return status.Errorf(status.InvalidArgument,
-			"registered memory at %#x is not mapped (freed or unmapped without being unregistered)", f.Addr())
+		return &Fault{Addr: f.Addr()}
 	}
 	panic(r) // not a memory fault: a bug, let the caller's recovery see it
 }

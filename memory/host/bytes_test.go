@@ -1,6 +1,7 @@
 package host
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -29,5 +30,11 @@ func TestCopyFaultIsAnError(t *testing.T) {
 	require.Equal(t, "abcdefgh", string(src[:8]))
 
 	require.ErrorIs(t, Guard(func() error { Bytes(addr, 1)[0] = 1; return nil }), status.ErrInvalidArgument)
+	var fault *Fault
+	err = Guard(func() error { Bytes(addr+8, 1)[0] = 1; return nil })
+	require.ErrorAs(t, err, &fault)
+	require.Equal(t, uintptr(addr+8), fault.Addr)
+	require.Equal(t, status.InvalidArgument, status.CodeOf(err))
+	require.False(t, errors.As(status.Errorf(status.InvalidArgument, "other"), &fault), "only a fault is a Fault")
 	require.Panics(t, func() { _ = Guard(func() error { panic("a bug") }) })
 }

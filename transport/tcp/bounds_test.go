@@ -3,6 +3,8 @@ package tcp_test
 import (
 	"bytes"
 	"fmt"
+	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -147,7 +149,8 @@ func TestTargetEnforcesAcrossProcesses(t *testing.T) {
 // target process, and the engines keep working afterwards.
 func TestUnmappedTargetMemory(t *testing.T) {
 	a, _ := newEngine(t, core.Options{})
-	b, _ := newEngine(t, core.Options{})
+	var logged syncBuffer
+	b, _ := newEngine(t, core.Options{Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelError}))})
 	src := alloc(t, a, 1<<20, 0)
 	good := alloc(t, b, 1<<20, rw)
 	random(src)
@@ -172,4 +175,28 @@ func TestUnmappedTargetMemory(t *testing.T) {
 		Remote: host.Addr(good), Len: 1 << 20}}, 5*time.Second)
 	require.Equal(t, status.OK, code, "%v", err)
 	require.Equal(t, src, good)
+	// The fault that ended a connection is reported as an error, with its
+	// address: the guard covers the handler's own code too, where a fault
+	// would be a bug.
+	require.Contains(t, logged.String(), "tcp connection ended by a memory fault")
+	require.Contains(t, logged.String(), fmt.Sprintf("%#x", gone))
+}
+
+// syncBuffer is a bytes.Buffer that log handlers on several goroutines
+// may write while the test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }

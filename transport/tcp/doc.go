@@ -104,7 +104,9 @@
 // one fault guard for its connection (memory/host.Guard), so its copies
 // out of the buffer are plain copies: a fault on registered memory that
 // its owner unmapped without unregistering ends the connection, never the
-// process. On the initiator each copy is guarded on its own.
+// process, and is logged at Error with its address (the guard covers the
+// handler's own code as well, where a fault would be a bug, so it is
+// never quiet). On the initiator each copy is guarded on its own.
 //
 // # GPU memory
 //

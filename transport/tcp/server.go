@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"errors"
 	"net"
 	"syscall"
 	"time"
@@ -60,7 +61,12 @@ func (t *Transport) serve(nc net.Conn, _ string) {
 	// A fault on registered memory (unmapped by its owner without being
 	// unregistered) ends the connection, not the process.
 	err = host.Guard(s.run)
-	if err != nil && status.CodeOf(err) == status.Protocol {
+	var fault *host.Fault
+	if errors.As(err, &fault) {
+		// The guard covers the whole handler, not only its copies: a fault
+		// here is registered memory unmapped by its owner, or a bug.
+		t.log.Error("tcp connection ended by a memory fault", "from", nc.RemoteAddr().String(), "err", err)
+	} else if err != nil && status.CodeOf(err) == status.Protocol {
 		t.protoErrs.Add(1)
 		t.log.Warn("tcp peer broke the protocol; connection closed", "from", nc.RemoteAddr().String(), "err", err)
 	} else {
