@@ -142,9 +142,13 @@ func runBatch(b *testing.B, e *core.Engine, reqs []core.TransferRequest) {
 // of 4 KiB to a peer process under standing grants: WRITE and READ, into
 // the peer's memfd allocation (mapped) and its Go heap (process_vm),
 // submit to completion. It reports ns/req (ns/op over 128), the figure to
-// set beside a 4 KiB memcpy.
+// set beside a 4 KiB memcpy. The requests lie adjacent (each continues the
+// one before it on both sides, so the mapped copy merges them into steps
+// of mergeMax and process_vm into one iovec), and under apart/ in the
+// order of the sweep's shuffled layout (the even blocks, then the odd: no
+// request continues another, each is a step and an iovec of its own).
 //
-//	go test -run '^$' -bench ShmBatch128 -benchmem ./transport/shm/
+//	go test -run '^$' -bench 'ShmBatch128$' -benchmem ./transport/shm/
 func BenchmarkShmBatch128(b *testing.B) {
 	const (
 		size  = 4 << 10
@@ -155,40 +159,55 @@ func BenchmarkShmBatch128(b *testing.B) {
 	e, tr := newEngine(b, core.Options{DefaultTimeout: time.Minute})
 	seg := openSeg(b, e, peer.Name)
 	local := localBuf(b, e, span)
-	for buf, path := range []string{"mapped", "process_vm"} {
-		for _, op := range []core.Op{core.OpWrite, core.OpRead} {
-			b.Run(path+"/"+opName(op), func(b *testing.B) {
-				reqs := make([]core.TransferRequest, batch)
-				for i := range reqs {
-					o := uint64(i) * size
-					reqs[i] = core.TransferRequest{Op: op, Local: host.Addr(local) + o, Segment: seg,
-						Remote: peer.Buffers[buf].Addr + o, Len: size}
-				}
-				runBatch(b, e, reqs) // connection, mapping, standing grant
-				before := tr.Stats()
-				b.SetBytes(batch * size)
-				b.ReportAllocs()
-				b.ResetTimer()
-				for n := 0; n < b.N; n++ {
-					runBatch(b, e, reqs)
-				}
-				b.StopTimer()
-				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/batch, "ns/req")
-				after := tr.Stats()
-				key := "bytes_mapped"
-				if path == "process_vm" {
-					key = "bytes_process_vm"
-				}
-				if moved := after[key] - before[key]; moved != int64(b.N)*batch*size {
-					b.Fatalf("%s moved %d bytes, want %d", key, moved, int64(b.N)*batch*size)
-				}
-				if after["grant_misses"] != before["grant_misses"] {
-					b.Fatalf("%d batches asked for a lease, want none under the standing grant",
-						after["grant_misses"]-before["grant_misses"])
-				}
-			})
+	for _, layout := range []string{"", "apart/"} {
+		for buf, path := range []string{"mapped", "process_vm"} {
+			for _, op := range []core.Op{core.OpWrite, core.OpRead} {
+				b.Run(layout+path+"/"+opName(op), func(b *testing.B) {
+					reqs := make([]core.TransferRequest, batch)
+					for i := range reqs {
+						blk := i
+						if layout != "" {
+							blk = shuffled(i, batch)
+						}
+						o := uint64(blk) * size
+						reqs[i] = core.TransferRequest{Op: op, Local: host.Addr(local) + o, Segment: seg,
+							Remote: peer.Buffers[buf].Addr + o, Len: size}
+					}
+					runBatch(b, e, reqs) // connection, mapping, standing grant
+					before := tr.Stats()
+					b.SetBytes(batch * size)
+					b.ReportAllocs()
+					b.ResetTimer()
+					for n := 0; n < b.N; n++ {
+						runBatch(b, e, reqs)
+					}
+					b.StopTimer()
+					b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/batch, "ns/req")
+					after := tr.Stats()
+					key := "bytes_mapped"
+					if path == "process_vm" {
+						key = "bytes_process_vm"
+					}
+					if moved := after[key] - before[key]; moved != int64(b.N)*batch*size {
+						b.Fatalf("%s moved %d bytes, want %d", key, moved, int64(b.N)*batch*size)
+					}
+					if after["grant_misses"] != before["grant_misses"] {
+						b.Fatalf("%d batches asked for a lease, want none under the standing grant",
+							after["grant_misses"]-before["grant_misses"])
+					}
+				})
+			}
 		}
 	}
+}
+
+// shuffled is the block of request i of n in the sweep's shuffled layout:
+// the even blocks in order, then the odd ones.
+func shuffled(i, n int) int {
+	if h := (n + 1) / 2; i >= h {
+		return 2*(i-h) + 1
+	}
+	return 2 * i
 }
 
 // BenchmarkShmBatch128Wait is BenchmarkShmBatch128 as a C caller runs it:
