@@ -35,12 +35,12 @@ $(BENCH_OUT)/bench_register: bench/c/bench_register.c $(HEADER) $(LIB)
 	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -Iinclude -o $@ $< -L$(BUILD) -ltent -Wl,-rpath,'$$ORIGIN/..' -pthread
 
 # The tcp floor of bench-compare: a C ping-pong over loopback (no libtent).
-$(BENCH_OUT)/tcp_pingpong: bench/c/tcp_pingpong.c
+$(BENCH_OUT)/tcp_pingpong: bench/c/tcp_pingpong.c bench/c/bench_args.h
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -pthread -lm
 
 # The copy floor of bench and bench-compare: memcpy in C, the engines' layout (no libtent).
-$(BENCH_OUT)/memcpy_floor: bench/c/memcpy_floor.c
+$(BENCH_OUT)/memcpy_floor: bench/c/memcpy_floor.c bench/c/bench_args.h
 	@mkdir -p $(dir $@)
 	$(CC) -O2 -std=c11 -Wall -Wextra -Werror -o $@ $< -pthread -lm
 

@@ -29,6 +29,8 @@
 #include <sys/mman.h>
 #include <time.h>
 
+#include "bench_args.h"
+
 enum { MAX_LIST = 32, MAX_THREADS = 16, ROUNDS = 3 };
 
 struct copier {
@@ -77,19 +79,7 @@ static void *copy_round(void *arg) {
   return NULL;
 }
 
-static int parse_size(const char *s, uint64_t *out) {
-  char *end;
-  double v = strtod(s, &end);
-  uint64_t mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1 << 10, end++;
-  else if (*end == 'M' || *end == 'm') mul = 1 << 20, end++;
-  else if (*end == 'G' || *end == 'g') mul = 1ull << 30, end++;
-  if (*end == 'i') end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (end == s || *end != '\0' || !(v >= 1) || v * (double)mul > (double)(1ull << 36)) return -1;
-  *out = (uint64_t)(v * (double)mul);
-  return 0;
-}
+static int parse_size(const char *s, uint64_t *out) { return bench_parse_size(s, out, 1ull << 36); }
 
 static int parse_list(char *text, uint64_t *out, int max, int sizes) {
   int n = 0;

@@ -43,6 +43,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_args.h"
+
 enum { OP_WRITE = 1, OP_READ = 2, OP_QUIT = 3, MAX_LIST = 32, MAX_THREADS = 16 };
 
 struct header {
@@ -244,19 +246,7 @@ static double rank(const double *s, size_t n, double q) {
   return s[i < n ? i : n - 1] * 1e6;
 }
 
-static int parse_size(const char *s, uint64_t *out) {
-  char *end;
-  double v = strtod(s, &end);
-  uint64_t mul = 1;
-  if (*end == 'K' || *end == 'k') mul = 1 << 10, end++;
-  else if (*end == 'M' || *end == 'm') mul = 1 << 20, end++;
-  else if (*end == 'G' || *end == 'g') mul = 1ull << 30, end++;
-  if (*end == 'i') end++;
-  if (*end == 'B' || *end == 'b') end++;
-  if (end == s || *end != '\0' || !(v > 0) || v * (double)mul > (double)(1ull << 40)) return -1;
-  *out = (uint64_t)(v * (double)mul);
-  return 0;
-}
+static int parse_size(const char *s, uint64_t *out) { return bench_parse_size(s, out, 1ull << 40); }
 
 static int parse_list(char *text, uint64_t *out, int max, int sizes) {
   int n = 0;

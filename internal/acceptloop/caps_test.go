@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/internal/logbuf"
 )
 
 // fromIP is a pipe end that reports a TCP peer address, so that the fake
@@ -40,7 +42,7 @@ func requireRefused(t *testing.T, c net.Conn) {
 
 func TestThePerPeerCapRefusesPastItLogsOnceAndReleaseMakesRoom(t *testing.T) {
 	const perPeer = 3
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	ln := newFakeListener()
 	l, got, served := startLoop(t, ln, Config{Name: "test", MaxConnsPerPeer: perPeer,
 		Logger: slog.New(slog.NewTextHandler(&buf, nil))})
@@ -98,7 +100,7 @@ func TestThePerPeerCapRefusesPastItLogsOnceAndReleaseMakesRoom(t *testing.T) {
 
 func TestTheGlobalCapRefusesEveryPeerPastItAndLogsOnce(t *testing.T) {
 	const all = 4
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	ln := newFakeListener()
 	l, got, served := startLoop(t, ln, Config{MaxConnsPerPeer: 10, MaxConns: all,
 		Logger: slog.New(slog.NewTextHandler(&buf, nil))})

@@ -1,7 +1,6 @@
 package acceptloop
 
 import (
-	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -15,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/tent-dev/tent/internal/logbuf"
 )
 
 // envDial makes the test binary a client that connects to the abstract
@@ -352,7 +353,7 @@ func TestConfigDefaults(t *testing.T) {
 }
 
 func TestAcceptErrorsAreLogged(t *testing.T) {
-	var buf syncBuffer
+	var buf logbuf.Buffer
 	ln := newFakeListener()
 	l, got, served := startLoop(t, ln, Config{Name: "test", Logger: slog.New(slog.NewTextHandler(&buf, nil))})
 	l.pause = func(time.Duration) bool { return true }
@@ -366,24 +367,6 @@ func TestAcceptErrorsAreLogged(t *testing.T) {
 	require.Contains(t, out, "accept failed")
 	require.Contains(t, out, "listener=test")
 	require.Contains(t, out, "too many open files")
-}
-
-// syncBuffer is a bytes.Buffer safe for the loop's and the test's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // Many clients at once over real TCP, finishing the handshake, failing it

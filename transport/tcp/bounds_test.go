@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"log/slog"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,6 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tent-dev/tent/core"
+	"github.com/tent-dev/tent/internal/logbuf"
 	"github.com/tent-dev/tent/internal/peertest"
 	"github.com/tent-dev/tent/memory/host"
 	"github.com/tent-dev/tent/status"
@@ -149,7 +149,7 @@ func TestTargetEnforcesAcrossProcesses(t *testing.T) {
 // target process, and the engines keep working afterwards.
 func TestUnmappedTargetMemory(t *testing.T) {
 	a, _ := newEngine(t, core.Options{})
-	var logged syncBuffer
+	var logged logbuf.Buffer
 	b, _ := newEngine(t, core.Options{Logger: slog.New(slog.NewTextHandler(&logged, &slog.HandlerOptions{Level: slog.LevelError}))})
 	src := alloc(t, a, 1<<20, 0)
 	good := alloc(t, b, 1<<20, rw)
@@ -180,23 +180,4 @@ func TestUnmappedTargetMemory(t *testing.T) {
 	// would be a bug.
 	require.Contains(t, logged.String(), "tcp connection ended by a memory fault")
 	require.Contains(t, logged.String(), fmt.Sprintf("%#x", gone))
-}
-
-// syncBuffer is a bytes.Buffer that log handlers on several goroutines
-// may write while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
