@@ -237,7 +237,8 @@
 // first. Requests that continue each other on both sides (the same op,
 // the same allocation) share one step of at most 512 KiB (mergeMax, under
 // memmove's threshold for non-temporal stores): each passes its own
-// checks (uninstall, connection, cancel, grant) before the step, so a
+// checks (the target's grant, uninstall, connection, cancel, standing
+// grant, the mapping not dropped) before the step, so a
 // cancel or revoke stops the requests after the step in progress, as
 // within one large request; a step that faults is copied again request by
 // request, so the fault fails only the request whose memory faulted.
