@@ -21,6 +21,7 @@ the environment is the operator's override.
 
 from __future__ import annotations
 
+import _thread
 import atexit
 import logging
 import os
@@ -82,6 +83,12 @@ def _forward(level: int, msg: Optional[bytes], _user: Optional[int]) -> None:
     try:
         text = msg.decode("utf-8", "replace") if msg else ""
         logger.log(_TO_PYTHON.get(level, logging.ERROR), "%s", text)
+    except KeyboardInterrupt:
+        # A Ctrl-C raised while a line is forwarded on the main thread (the
+        # library logs on the caller's thread) must not die here: it is
+        # asked for again, and raised once control is back in Python.
+        if threading.current_thread() is threading.main_thread():
+            _thread.interrupt_main()
     except BaseException:  # noqa: BLE001 - nothing may escape into C
         pass
     finally:

@@ -289,17 +289,32 @@ def test_batch_wait_on_a_stopped_peer_is_interrupted_by_ctrl_c():
                 wait_until_stopped(p.proc.pid)
                 try:
                     b = e.transfer([("read", r, seg, p.addr, 1 << 16)], timeout=8, transport="tcp")
-                    waiting = threading.Event()
+                    waiting, done = threading.Event(), threading.Event()
+                    # Interrupts every 50 ms until the wait ends; only the
+                    # first raises (a later one could land anywhere).
+                    fired = []
+
+                    def on_sigint(signum, frame):
+                        if not fired:
+                            fired.append(signum)
+                            raise KeyboardInterrupt
 
                     def interrupt():
                         waiting.wait()
-                        _thread.interrupt_main()
+                        while not done.is_set():
+                            _thread.interrupt_main()
+                            done.wait(0.05)
 
-                    threading.Thread(target=interrupt, daemon=True).start()
-                    t0 = time.monotonic()
-                    with pytest.raises(KeyboardInterrupt):
-                        waiting.set()
-                        b.wait()
+                    before = signal.signal(signal.SIGINT, on_sigint)
+                    try:
+                        threading.Thread(target=interrupt, daemon=True).start()
+                        t0 = time.monotonic()
+                        with pytest.raises(KeyboardInterrupt):
+                            waiting.set()
+                            b.wait()
+                    finally:
+                        done.set()
+                        signal.signal(signal.SIGINT, before)
                     assert time.monotonic() - t0 < 4, "the wait ran on to the batch's deadline"
                     assert not b.done
                     b.close()

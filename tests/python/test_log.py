@@ -203,3 +203,25 @@ def test_transports_lists_only_what_can_serve(engine):
         assert "cuda" not in engine.transports
     if "cuda" not in engine.transports:
         assert unavailable.get("cuda"), f"no reason given for the missing cuda transport: {s}"
+
+
+def test_ctrl_c_while_a_line_is_forwarded_is_not_lost():
+    # The library calls the forwarder on whatever thread logs, the caller's
+    # too; a KeyboardInterrupt raised inside it (a handler, or the signal
+    # landing there) cannot go into C, and must come back out in Python.
+    from tent import _log
+
+    class Interrupting(logging.Handler):
+        def emit(self, record):
+            raise KeyboardInterrupt
+
+    lg = logging.getLogger("tent")
+    h = Interrupting()
+    lg.addHandler(h)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _log._forward(_lib.TENT_LOG_ERROR, b"a line", None)
+            for _ in range(100000):  # the interrupt asked for again is raised here
+                pass
+    finally:
+        lg.removeHandler(h)
