@@ -51,7 +51,8 @@ Exit status 1 when any engine's data check failed (the tables still show
 everything else), 0 otherwise; an engine that could not run is reported in
 the tables, not in the exit status.
 
-Output in bench/compare/results/: compare.md (the tables), compare.json
+Output in bench/compare/results/: compare.md (the tables), goals.md (the
+small-request goals run by run, bench/compare/goals.py), compare.json
 (medians, every run's figures, limits, versions, errors), raw/*.jsonl (each
 run's JSON lines), compare.png (matplotlib), logs/*.log (each run's stderr).
 """
@@ -73,6 +74,7 @@ from typing import Any, Dict, List, Optional, Tuple
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sweep"))
 # bench/sweep/sweep.py, beside this folder
 from sweep import LAYOUTS, MEMCPY_FLOOR, iperf3_gbps, loadavg, machine, memcpy_floor, parse_sizes, plot, size_label  # noqa: E402
+import goals  # noqa: E402  (bench/compare/goals.py, beside this file)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -460,7 +462,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     msg = plot(pts, {"memcpy": limits["memcpy"], "iperf3": iperf}, os.path.join(res, "compare.png"),
                title="tent vs Mooncake vs NIXL")
     print(msg or f"plot: {os.path.join(res, 'compare.png')}", file=sys.stderr)
-    print(f"compare: results in {res} (compare.md, compare.json, raw/, logs/)", file=sys.stderr)
+    goals_text, _ = goals.report(res)
+    with open(os.path.join(res, "goals.md"), "w") as f:
+        f.write(goals_text)
+    print(goals_text)
+    print(f"compare: results in {res} (compare.md, goals.md, compare.json, raw/, logs/)", file=sys.stderr)
     for w in wrong_data:
         print(f"compare: WRONG DATA: {w}", file=sys.stderr)
     return 1 if wrong_data else 0
