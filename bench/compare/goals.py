@@ -56,6 +56,10 @@ TENT_ENGINES = ("tent-tcp", "tent-shm", "tent-shm-vm")
 Figures = Dict[Tuple[str, str, str, int], Dict[int, Dict[str, Any]]]
 
 
+class NoResults(Exception):
+    """The folder holds no comparison's raw files."""
+
+
 def size_label(b: int) -> str:
     for unit, n in (("M", 1 << 20), ("K", 1 << 10)):
         if b >= n and b % n == 0:
@@ -72,7 +76,7 @@ def load(results: str, require_check: bool = True) -> Tuple[Figures, Dict[str, L
     checks: Dict[str, List[int]] = {}
     files = sorted(glob.glob(os.path.join(results, "raw", "run*.jsonl")))
     if not files:
-        raise SystemExit(f"goals: no raw/run*.jsonl under {results}")
+        raise NoResults(f"no raw/run*.jsonl under {results}")
     for path in files:
         m = RAW_NAME.search(os.path.basename(path))
         if not m:
@@ -224,7 +228,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     p.add_argument("--before", help="results of the same comparison of older code")
     p.add_argument("--json", help="also write the rows as JSON to this file")
     args = p.parse_args(argv)
-    text, data = report(args.results, args.before)
+    try:
+        text, data = report(args.results, args.before)
+    except NoResults as e:
+        print(f"goals: {e}", file=sys.stderr)
+        return 2
     print(text, end="")
     if args.json:
         with open(args.json, "w") as f:

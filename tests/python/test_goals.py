@@ -122,4 +122,4 @@ def test_cli_before_and_after(tmp_path):
 
 def test_cli_without_results_says_so(tmp_path):
     p = subprocess.run([sys.executable, GOALS_PY, str(tmp_path)], capture_output=True, text=True, timeout=60)
-    assert p.returncode != 0 and "no raw/run*.jsonl" in p.stderr
+    assert p.returncode == 2 and "no raw/run*.jsonl" in p.stderr
