@@ -61,10 +61,14 @@ type job struct {
 	// fallback starts one if no waiter claims it within deferWindow.
 	deferred bool
 	fallback *time.Timer
-	reqs     []*core.Request
-	cancel   []atomic.Bool
-	errs     []error
-	grant    []grantEntry
+	// waiter: a caller waiting for the batch runs this use (help), on its
+	// own thread, which may be a locked C thread; set and read only by
+	// whoever claimed the use.
+	waiter bool
+	reqs   []*core.Request
+	cancel []atomic.Bool
+	errs   []error
+	grant  []grantEntry
 
 	enc      []byte        // the lease frame
 	reply    []byte        // the grant's entries, copied by the reader

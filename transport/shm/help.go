@@ -115,6 +115,7 @@ func (t *Transport) undeferLocked(j *job) {
 // first part it may not or cannot copy, and everything after it, goes to
 // a job goroutine.
 func (t *Transport) help(j *job, until time.Time) {
+	j.waiter = true
 	for lo := 0; lo < len(j.reqs); {
 		hi := j.runEnd(lo)
 		budget := t.helpBudget(until)
@@ -124,7 +125,8 @@ func (t *Transport) help(j *job, until time.Time) {
 			end++
 		}
 		if end == lo || !j.copyCached(lo, end) {
-			from := lo // only this branch's closure captures it: lo stays off the heap
+			from := lo       // only this branch's closure captures it: lo stays off the heap
+			j.waiter = false // before the job goroutine may read it
 			t.mu.Lock()
 			t.spawnLocked(func() { t.run(j, from) }) // legal after close: this call still holds t.wg
 			t.mu.Unlock()
@@ -134,6 +136,7 @@ func (t *Transport) help(j *job, until time.Time) {
 		j.complete(lo, end)
 		lo = end
 	}
+	j.waiter = false
 	t.putJob(j)
 }
 

@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -403,4 +404,75 @@ func TestHelpCopyFault(t *testing.T) {
 	require.EqualValues(t, 1, p.tr.Stats()["copies_helped"])
 	release()
 	requireJobsGone(t, p.tr)
+}
+
+// A waiter leaves to a job goroutine a batch it would copy in many split
+// process_vm calls (longPVM: on a locked C thread each join of a split
+// call is a thread wake-up), and still copies a batch as large through a
+// mapping itself: the bytes land once, every request completes once.
+func TestHelpHandsLongProcessVMToAJob(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2)) // a split call needs two threads
+	const size = 4 << 20
+	n := pvmHandOffCalls * int(chunk) / size // just enough process_vm bytes
+	for _, kind := range []string{"process_vm", "mapped"} {
+		t.Run(kind, func(t *testing.T) {
+			total := n * size
+			p := newGrantPair(t, core.Options{}, total)
+			var (
+				mem []byte
+				r   *core.Region
+			)
+			if kind == "mapped" {
+				var err error
+				r, err = p.target.Alloc(uint64(total), "", rw)
+				require.NoError(t, err)
+				mem = host.Bytes(r.Addr, uint64(total))
+			} else {
+				mem, r = p.heapRegion(t, total, rw, 0)
+			}
+			base := map[string]int64{}
+			primeGrant(t, p, r, 4096, base)
+
+			release, entered := holdJobs(t, p.tr)
+			copy(p.local, peertest.Pattern(5, uint64(total)))
+			b, err := p.e.Submit(writes(p, r, n, size), core.TransferOptions{})
+			require.NoError(t, err)
+			code, werr := b.Wait(-1)
+			require.Equal(t, status.OK, code, "%v", werr)
+			p.e.ReleaseBatch(b)
+			require.Equal(t, peertest.Pattern(5, uint64(total)), mem)
+			st := p.tr.Stats()
+			if kind == "mapped" {
+				require.EqualValues(t, 1, st["copies_helped"], "a mapped copy is the waiter's: %v", st)
+				require.Zero(t, st["pvm_handed_off"])
+			} else {
+				require.Zero(t, st["copies_helped"], "%v", st)
+				require.EqualValues(t, 1, st["pvm_handed_off"], "%v", st)
+			}
+			require.Eventually(t, func() bool { return entered.Load() == 1 }, 10*time.Second, time.Millisecond)
+			release() // the first job goroutine finds its job claimed by the waiter
+			requireJobsGone(t, p.tr)
+			st = p.tr.Stats()
+			require.EqualValues(t, n, st["requests"]-base["requests"])
+			require.Zero(t, p.e.Stats().DuplicateCompletions)
+
+			// One byte fewer through process_vm than the hand-off takes: the
+			// waiter copies it.
+			if kind == "process_vm" {
+				reqs := writes(p, r, n, size)
+				reqs[n-1].Len--
+				release, _ := holdJobs(t, p.tr)
+				b, err := p.e.Submit(reqs, core.TransferOptions{})
+				require.NoError(t, err)
+				code, werr := b.Wait(-1)
+				require.Equal(t, status.OK, code, "%v", werr)
+				p.e.ReleaseBatch(b)
+				release()
+				requireJobsGone(t, p.tr)
+				st := p.tr.Stats()
+				require.EqualValues(t, 1, st["copies_helped"], "%v", st)
+				require.EqualValues(t, 1, st["pvm_handed_off"], "%v", st)
+			}
+		})
+	}
 }

@@ -33,6 +33,9 @@ var (
 )
 
 const (
+	// pvmHandOffCalls is how many full process_vm calls (chunk bytes
+	// each) a waiter leaves to a job goroutine (longPVM).
+	pvmHandOffCalls = 4
 	// iovMax is the kernel's IOV_MAX: the most iovecs one process_vm call
 	// takes on each side.
 	iovMax = 1024
@@ -97,6 +100,7 @@ type Transport struct {
 	grantHits      atomic.Int64 // lease runs copied under standing grants, no round trip
 	copiesInline   atomic.Int64 // of grantHits, those copied on the waiting caller's goroutine
 	copiesHelped   atomic.Int64 // of grantHits, those copied by a caller waiting for a queued job (Help)
+	pvmHandedOff   atomic.Int64 // copies a waiter left to a job goroutine: many split process_vm calls (longPVM)
 	waitersCame    atomic.Int32 // batches in a row whose waiter claimed them, at most deferAfter
 	jobsDeferred   atomic.Int64 // jobs queued for their waiter with no goroutine (queueLocked)
 	deferExpiredN  atomic.Int64 // of jobsDeferred, those no waiter claimed in time
@@ -532,6 +536,7 @@ func (t *Transport) Stats() map[string]int64 {
 		"grant_hits":         t.grantHits.Load(),
 		"copies_inline":      t.copiesInline.Load(),
 		"copies_helped":      t.copiesHelped.Load(),
+		"pvm_handed_off":     t.pvmHandedOff.Load(),
 		"jobs_deferred":      t.jobsDeferred.Load(),
 		"defer_expired":      t.deferExpiredN.Load(),
 		"grant_misses":       t.grantMisses.Load(),
