@@ -60,6 +60,8 @@ class NoResults(Exception):
     """The folder holds no comparison's raw files."""
 
 
+# sweep.py has the same label, but importing it imports tent: this file
+# runs with any python3, on results copied from another machine.
 def size_label(b: int) -> str:
     for unit, n in (("M", 1 << 20), ("K", 1 << 10)):
         if b >= n and b % n == 0:

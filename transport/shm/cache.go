@@ -197,7 +197,13 @@ func (c *conn) dropGrants() {
 // with no round trip to the target, when every request lies inside a live
 // grant with the permission it needs. It reports false (nothing done)
 // otherwise; then the job asks for a lease as usual.
-func (j *job) cachedCopy(c *conn, lo, hi int, deadline time.Time) (bool, error) {
+//
+// leaveLongPVM (a waiter's copy, help) reports false, copying nothing,
+// for a run that is longPVM: a split process_vm call joins its second
+// thread every chunk, and on a waiter's locked C thread each join is a
+// thread wake-up of its own, so such a run goes to a job goroutine at the
+// price of two wake-ups a batch.
+func (j *job) cachedCopy(c *conn, lo, hi int, deadline time.Time, leaveLongPVM bool) (bool, error) {
 	t := j.t
 	n := hi - lo
 	if cap(j.under) < n {
@@ -209,12 +215,7 @@ func (j *job) cachedCopy(c *conn, lo, hi int, deadline time.Time) (bool, error) 
 	}
 	defer clear(under)
 	defer c.putGrants(under)
-	if j.waiter && j.longPVM(lo, under) {
-		// A split process_vm call joins its second thread every chunk:
-		// on a waiter's locked C thread each join is a thread wake-up of
-		// its own, so a copy of many such calls goes to a job goroutine,
-		// at the price of two wake-ups a batch (help hands the job over
-		// when this reports false).
+	if leaveLongPVM && j.longPVM(lo, under) {
 		t.pvmHandedOff.Add(1)
 		return false, nil
 	}

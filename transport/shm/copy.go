@@ -61,14 +61,10 @@ type job struct {
 	// fallback starts one if no waiter claims it within deferWindow.
 	deferred bool
 	fallback *time.Timer
-	// waiter: a caller waiting for the batch runs this use (help), on its
-	// own thread, which may be a locked C thread; set and read only by
-	// whoever claimed the use.
-	waiter bool
-	reqs   []*core.Request
-	cancel []atomic.Bool
-	errs   []error
-	grant  []grantEntry
+	reqs     []*core.Request
+	cancel   []atomic.Bool
+	errs     []error
+	grant    []grantEntry
 
 	enc      []byte        // the lease frame
 	reply    []byte        // the grant's entries, copied by the reader
@@ -254,7 +250,7 @@ func (j *job) complete(lo, hi int) {
 // and reports true. Otherwise it does nothing, and the job path takes the
 // batch.
 func (t *Transport) copyInline(j *job) bool {
-	if j.runEnd(0) != len(j.reqs) || !j.copyCached(0, len(j.reqs)) {
+	if j.runEnd(0) != len(j.reqs) || !j.copyCached(0, len(j.reqs), false) {
 		return false
 	}
 	t.copiesInline.Add(1)
@@ -269,8 +265,9 @@ func (t *Transport) copyInline(j *job) bool {
 // copies exactly as a job does (cachedCopy: the grants' references,
 // enterCopy, the fault guard set on this goroutine by copyAll, the same
 // checks and counters), leaves the outcomes in j.errs and reports true.
-// Otherwise it does nothing and reports false.
-func (j *job) copyCached(lo, hi int) bool {
+// Otherwise it does nothing and reports false; with leaveLongPVM it also
+// leaves the run to a job goroutine if it is longPVM.
+func (j *job) copyCached(lo, hi int, leaveLongPVM bool) bool {
 	t := j.t
 	if t.closing.Load() {
 		return false
@@ -295,7 +292,7 @@ func (j *job) copyCached(lo, hi int) bool {
 		return false
 	}
 	c.checkEpoch(r0.Peer, r0.Desc)
-	done, err := j.cachedCopy(c, lo, hi, deadline)
+	done, err := j.cachedCopy(c, lo, hi, deadline, leaveLongPVM)
 	if !done {
 		return false
 	}
@@ -349,7 +346,7 @@ func (j *job) lease(lo, hi int) {
 		return
 	}
 	c.checkEpoch(reqs[0].Peer, reqs[0].Desc)
-	if done, err := j.cachedCopy(c, lo, hi, deadline); done {
+	if done, err := j.cachedCopy(c, lo, hi, deadline, false); done {
 		if err != nil {
 			fail(err)
 		}

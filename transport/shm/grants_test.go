@@ -51,6 +51,18 @@ func (p *grantPair) heapRegion(t *testing.T, n int, perm core.Perm, fill byte) (
 	return mem, r
 }
 
+// region gives the target n bytes of kind "mapped" (tent_alloc memory,
+// a memfd the initiator maps) or "process_vm" (registered Go heap).
+func (p *grantPair) region(t *testing.T, kind string, n int) ([]byte, *core.Region) {
+	t.Helper()
+	if kind != "mapped" {
+		return p.heapRegion(t, n, rw, 0)
+	}
+	r, err := p.target.Alloc(uint64(n), "", rw)
+	require.NoError(t, err)
+	return host.Bytes(r.Addr, uint64(n)), r
+}
+
 // one runs a batch of one request of local[off:off+n] against remote.
 func (p *grantPair) one(t *testing.T, op core.Op, off int, remote uint64, n int) (status.Code, error) {
 	t.Helper()
@@ -68,18 +80,7 @@ func TestGrantRevokeWaitsForCopy(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			const n = 64 << 10
 			p := newGrantPair(t, core.Options{}, n)
-			var (
-				mem []byte
-				r   *core.Region
-			)
-			if kind == "mapped" {
-				var err error
-				r, err = p.target.Alloc(n, "", rw)
-				require.NoError(t, err)
-				mem = host.Bytes(r.Addr, n)
-			} else {
-				mem, r = p.heapRegion(t, n, rw, 0)
-			}
+			mem, r := p.region(t, kind, n)
 			copy(p.local, peertest.Pattern(1, n))
 			code, err := p.one(t, core.OpWrite, 0, r.Addr, n)
 			require.Equal(t, status.OK, code, "%v", err)

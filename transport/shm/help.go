@@ -115,7 +115,6 @@ func (t *Transport) undeferLocked(j *job) {
 // first part it may not or cannot copy, and everything after it, goes to
 // a job goroutine.
 func (t *Transport) help(j *job, until time.Time) {
-	j.waiter = true
 	for lo := 0; lo < len(j.reqs); {
 		hi := j.runEnd(lo)
 		budget := t.helpBudget(until)
@@ -124,9 +123,10 @@ func (t *Transport) help(j *job, until time.Time) {
 			bytes += j.reqs[end].Len
 			end++
 		}
-		if end == lo || !j.copyCached(lo, end) {
-			from := lo       // only this branch's closure captures it: lo stays off the heap
-			j.waiter = false // before the job goroutine may read it
+		// Only a part this large can be longPVM: smaller ones skip its look.
+		leaveLongPVM := bytes >= pvmHandOffCalls*chunk
+		if end == lo || !j.copyCached(lo, end, leaveLongPVM) {
+			from := lo // only this branch's closure captures it: lo stays off the heap
 			t.mu.Lock()
 			t.spawnLocked(func() { t.run(j, from) }) // legal after close: this call still holds t.wg
 			t.mu.Unlock()
@@ -136,7 +136,6 @@ func (t *Transport) help(j *job, until time.Time) {
 		j.complete(lo, end)
 		lo = end
 	}
-	j.waiter = false
 	t.putJob(j)
 }
 

@@ -418,18 +418,7 @@ func TestHelpHandsLongProcessVMToAJob(t *testing.T) {
 		t.Run(kind, func(t *testing.T) {
 			total := n * size
 			p := newGrantPair(t, core.Options{}, total)
-			var (
-				mem []byte
-				r   *core.Region
-			)
-			if kind == "mapped" {
-				var err error
-				r, err = p.target.Alloc(uint64(total), "", rw)
-				require.NoError(t, err)
-				mem = host.Bytes(r.Addr, uint64(total))
-			} else {
-				mem, r = p.heapRegion(t, total, rw, 0)
-			}
+			mem, r := p.region(t, kind, total)
 			base := map[string]int64{}
 			primeGrant(t, p, r, 4096, base)
 
